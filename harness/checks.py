@@ -1,0 +1,78 @@
+"""The three checks a fixture case can make: output, gradient, raises.
+
+The student suite and `harness term verify` both run these, so the reference is
+held to exactly what students are held to.
+"""
+
+import torch
+
+from harness.compare import Mismatch, assert_close, describe
+from harness.store import Case, Term
+
+
+def header(case: Case, kwargs: dict) -> str:
+    if case.hidden:
+        return f"{case.function}, a hidden case"
+    shapes = ", ".join(f"{k}={describe(v)}" for k, v in kwargs.items() if isinstance(v, torch.Tensor))
+    scalars = ", ".join(f"{k}={v}" for k, v in kwargs.items() if not isinstance(v, torch.Tensor))
+    return (f"{case.function}, case {case.name!r}: {case.note}\n"
+            f"  inputs: {shapes}" + (f"; {scalars}" if scalars else ""))
+
+
+def check_output(adapters, term: Term, case: Case) -> None:
+    kwargs = term.inputs(case)
+    out = getattr(adapters, case.function)(**kwargs)
+    expected = term.tensors(case)["out"]
+    assert_close(out, expected, what="output", atol=case.atol, rtol=case.rtol,
+                 header=header(case, kwargs), hidden=case.hidden)
+    _check_not_mutated(term, case, kwargs)
+
+
+def check_gradient(adapters, term: Term, case: Case) -> None:
+    kwargs = term.inputs(case, requires_grad=True)
+    out = getattr(adapters, case.function)(**kwargs)
+    stored = term.tensors(case)
+    where = header(case, kwargs)
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        raise Mismatch(f"{where}\nno gradient flows back from the output at all: "
+                       f"is the computation detached, or run under torch.no_grad()?")
+    wrt = [kwargs[name] for name in case.grads]
+    grads = torch.autograd.grad(out, wrt, stored["cot"], allow_unused=True)
+    for name, grad in zip(case.grads, grads):
+        if grad is None:
+            raise Mismatch(f"{where}\nno gradient reaches `{name}`: it is detached somewhere "
+                           f"(.detach(), .data, a copy into a new tensor, or torch.no_grad()).")
+        assert_close(grad, stored[f"grad/{name}"], what=f"gradient with respect to `{name}`",
+                     atol=case.grad_atol, rtol=case.grad_rtol, header=where, hidden=case.hidden)
+
+
+def check_raises(adapters, term: Term, case: Case) -> None:
+    kwargs = term.inputs(case)
+    try:
+        out = getattr(adapters, case.function)(**kwargs)
+    except NotImplementedError:
+        raise
+    except Exception:
+        return
+    raise Mismatch(f"{header(case, kwargs)}\n{case.function} returned {describe(out)} instead of raising. "
+                   f"Invalid input must fail loudly: check the range yourself and raise "
+                   f"(IndexError or ValueError) with a message that names the bad value.")
+
+
+def _check_not_mutated(term: Term, case: Case, kwargs: dict) -> None:
+    original = term.tensors(case)
+    for arg in case.inputs:
+        before = original[f"in/{arg}"]
+        after = kwargs[arg].transpose(-1, -2) if case.views.get(arg) == "transposed" else kwargs[arg]
+        if not torch.equal(before, after.detach()):
+            raise Mismatch(f"{header(case, kwargs)}\n{case.function} modified its input `{arg}` in place. "
+                           "Callers reuse their tensors: never write into an argument.")
+
+
+CHECKS = {"output": check_output, "gradient": check_gradient, "raises": check_raises}
+
+
+def checks_for(case: Case) -> list[str]:
+    if case.check == "raises":
+        return ["raises"]
+    return ["output", "gradient"] if case.grads else ["output"]

@@ -1,0 +1,89 @@
+"""`python -m harness`: the instructor's command line."""
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.store import FixtureError, Term, list_terms
+
+
+def project_root() -> Path:
+    """The directory with the pyproject.toml that declares [tool.harness]."""
+    for folder in [Path.cwd(), *Path.cwd().parents]:
+        if (folder / "pyproject.toml").is_file() and "[tool.harness]" in (folder / "pyproject.toml").read_text():
+            return folder
+    raise SystemExit("harness: run this inside the assignment repository (no pyproject.toml with [tool.harness])")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="harness", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    term = sub.add_parser("term", help="build, verify and list fixture terms").add_subparsers(dest="action", required=True)
+    new = term.add_parser("new", help="build fixtures/NAME from the reference and the case catalogue")
+    new.add_argument("name")
+    new.add_argument("--seed", type=int, required=True)
+    new.add_argument("--force", action="store_true", help="replace an existing term")
+    verify = term.add_parser("verify", help="check hashes and schema, then run the reference on every case")
+    verify.add_argument("name")
+    term.add_parser("list", help="list terms with their public and hidden case counts")
+
+    contract = sub.add_parser("contract", help="render adapters.py and reference/adapters.py from the contract")
+    contract.add_argument("--check", action="store_true", help="fail if a rendered file is out of date")
+
+    args = parser.parse_args(argv)
+    root = project_root()
+    try:
+        return COMMANDS[(args.command, getattr(args, "action", None))](root, args)
+    except (FixtureError, FileExistsError) as e:
+        print(f"harness: {e}", file=sys.stderr)
+        return 2
+
+
+def term_new(root: Path, args) -> int:
+    from harness.build import build_term
+    folder = build_term(root, args.name, args.seed, args.force)
+    size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    print(f"wrote {folder.relative_to(root)} ({size / 1024:.0f} KiB)")
+    return 0
+
+
+def term_verify(root: Path, args) -> int:
+    from harness.build import verify_term
+    failures = verify_term(root, args.name)
+    for failure in failures:
+        print(failure, file=sys.stderr)
+    print(f"term {args.name}: hashes ok, reference {'FAILS ' + str(len(failures)) + ' checks' if failures else 'passes every case'}")
+    return 1 if failures else 0
+
+
+def term_list(root: Path, args) -> int:
+    for name in list_terms(root):
+        t = Term(root, name, hidden=True)
+        public = sum(not c.hidden for c in t.cases)
+        print(f"{name}: seed {t.manifest['seed']}, {public} public cases, {len(t.cases) - public} hidden")
+    return 0
+
+
+def contract_render(root: Path, args) -> int:
+    from harness.contract import render_adapters
+    stale = []
+    for package, path in [("student", root / "adapters.py"), ("reference", root / "reference" / "adapters.py")]:
+        text = render_adapters(package)
+        if path.exists() and path.read_text() == text:
+            continue
+        stale.append(path)
+        if not args.check:
+            path.write_text(text)
+    verb = "out of date" if args.check else "rendered"
+    for path in stale:
+        print(f"{verb}: {path.relative_to(root)}")
+    return 1 if stale and args.check else 0
+
+
+COMMANDS = {
+    ("term", "new"): term_new,
+    ("term", "verify"): term_verify,
+    ("term", "list"): term_list,
+    ("contract", None): contract_render,
+}

@@ -1,0 +1,83 @@
+"""Compare a tensor with its expected value and explain any difference.
+
+The report puts shape and dtype problems first, then the numbers: how many
+elements differ, the largest errors, the first few mismatches, and where a
+NaN or inf first appears. Hidden cases report only the function and a hint.
+"""
+
+import torch
+
+SHOW = 5  # mismatching elements listed in a report
+
+
+class Mismatch(AssertionError):
+    """An output or gradient differs from the reference."""
+
+
+def describe(t) -> str:
+    if not isinstance(t, torch.Tensor):
+        return type(t).__name__
+    layout = "" if t.is_contiguous() else ", non-contiguous"
+    return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}{layout}"
+
+
+def assert_close(actual, expected: torch.Tensor, *, what: str, atol: float, rtol: float,
+                 header: str, hidden: bool = False) -> None:
+    """Raise Mismatch with a report unless `actual` equals `expected` within tolerance.
+
+    atol == rtol == 0 means bit-exact, as torch.equal.
+    """
+    problem = _shape_problem(actual, expected)
+    if problem is None:
+        problem = _value_problem(actual, expected, atol, rtol)
+    if problem is None:
+        return
+    if hidden:
+        raise Mismatch(f"{header}\n{what} is wrong on a hidden case. Hidden cases test the same "
+                       "contract with other sizes and values: re-read the docstring's rules.")
+    raise Mismatch(f"{header}\n{what}: {problem}")
+
+
+def _shape_problem(actual, expected) -> str | None:
+    if not isinstance(actual, torch.Tensor):
+        return f"expected a tensor {describe(expected)}, got {type(actual).__name__}"
+    if actual.shape != expected.shape:
+        return f"shape {list(actual.shape)}, expected {list(expected.shape)}"
+    if actual.dtype != expected.dtype:
+        return f"dtype {actual.dtype}, expected {expected.dtype} (return the dtype the contract states)"
+    if actual.device.type != "cpu":
+        return f"on device {actual.device}, expected cpu"
+    return None
+
+
+def _value_problem(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> str | None:
+    actual = actual.detach()
+    exact = atol == 0 and rtol == 0
+    if exact:
+        bad = ~((actual == expected) | (actual.isnan() & expected.isnan()))
+    else:
+        bad = ~torch.isclose(actual, expected, atol=atol, rtol=rtol, equal_nan=True)
+    if not bad.any():
+        return None
+    a, e = actual.double(), expected.double()
+    diff = (a - e).abs()
+    finite = diff[bad & diff.isfinite()]
+    n, total = int(bad.sum()), bad.numel()
+    tol = "bit-exact (torch.equal)" if exact else f"atol={atol:g}, rtol={rtol:g}"
+    lines = [f"{n} of {total} elements differ ({100 * n / total:.1f}%), tolerance {tol}"]
+    if finite.numel():
+        rel = finite / e[bad & diff.isfinite()].abs().clamp_min(1e-12)
+        lines.append(f"  max abs error {finite.max().item():.3g}, max rel error {rel.max().item():.3g}")
+    nonfinite = ~actual.isfinite() & expected.isfinite()
+    if nonfinite.any():
+        first = _index(nonfinite.nonzero()[0])
+        lines.append(f"  {int(nonfinite.sum())} NaN/inf values where the reference is finite; first at {first}")
+    lines.append("  first mismatches (index: expected, actual, difference):")
+    for idx in bad.nonzero()[:SHOW]:
+        i = tuple(idx.tolist())
+        lines.append(f"    {_index(idx)}: {e[i].item():.6g}, {a[i].item():.6g}, {(a[i] - e[i]).item():+.3g}")
+    return "\n".join(lines)
+
+
+def _index(idx: torch.Tensor) -> str:
+    return "[" + ", ".join(str(i) for i in idx.tolist()) + "]"

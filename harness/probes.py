@@ -1,0 +1,165 @@
+"""Checks that watch a call rather than its result.
+
+- `largest_allocation`: the biggest tensor any op allocates during a call. A
+  one-hot [..., vocab_size] tensor shows up here even though its values are exact.
+- `run_on_meta`: runs a call on meta tensors and fails only on a device mismatch,
+  i.e. a tensor made on the CPU inside the call and mixed with the inputs.
+"""
+
+import contextlib
+import sys
+import types
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+aten = torch.ops.aten
+
+
+@dataclass
+class Allocation:
+    op: str
+    shape: list
+    dtype: torch.dtype
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+
+class _Mode(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Nothing here is compiled; skipping would import torch._dynamo (about 1 s).
+        return False
+
+
+class _AllocationRecorder(_Mode):
+    def __init__(self):
+        super().__init__()
+        self.largest: Allocation | None = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs))}
+        for t in _tensors(out):
+            # Views and in-place results reuse an input's memory: not an allocation.
+            if t.untyped_storage().data_ptr() in inputs:
+                continue
+            if self.largest is None or t.numel() > self.largest.numel:
+                self.largest = Allocation(func.overloadpacket.__name__, list(t.shape), t.dtype)
+        return out
+
+
+def largest_allocation(fn, *args, **kwargs):
+    """Call fn and return (result, the largest tensor allocated during the call)."""
+    with _AllocationRecorder() as recorder:
+        result = fn(*args, **kwargs)
+    return result, recorder.largest
+
+
+class DeviceMismatch(AssertionError):
+    """A tensor on the CPU met the meta-device inputs."""
+
+
+_SCALAR_READS = {aten._local_scalar_dense.default, aten.is_nonzero.default, aten.item.default}
+
+
+class _MetaWatcher(_Mode):
+    def __init__(self):
+        super().__init__()
+        self.cpu_made: dict[int, str] = {}  # storage -> op that created a CPU tensor
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        tensors = _tensors((args, kwargs))
+        devices = {t.device.type for t in tensors if t.dim() > 0}
+        if "meta" in devices and "cpu" in devices:
+            cpu = next(t for t in tensors if t.device.type == "cpu" and t.dim() > 0)
+            origin = self.cpu_made.get(cpu.untyped_storage().data_ptr())
+            made = f", made by torch.{origin}(...) inside the call" if origin else ""
+            raise DeviceMismatch(
+                f"aten.{func.overloadpacket.__name__} mixed the caller's meta-device tensors with a cpu "
+                f"tensor of shape {list(cpu.shape)}{made}. Create tensors on the input's device "
+                "(device=x.device), and keep tables as buffers (register_buffer) so .to() moves them.")
+        if func in _SCALAR_READS and tensors and tensors[0].device.type == "meta":
+            # A range check like int(ids.max()) is correct code that meta tensors
+            # cannot answer: pretend it passed and keep watching.
+            return False if tensors[0].dtype == torch.bool else 0
+        out = func(*args, **(kwargs or {}))
+        if not tensors:
+            for t in _tensors(out):
+                if t.device.type == "cpu":
+                    self.cpu_made[t.untyped_storage().data_ptr()] = func.overloadpacket.__name__
+        return out
+
+
+@contextlib.contextmanager
+def _without_dynamo_import():
+    """Meta kernels written in Python wrap themselves in torch._disable_dynamo, whose
+    first call imports torch._dynamo (about 1 s). Nothing is compiled here, so stand
+    in a no-op `disable` for the duration of the probe, then remove the stand-in."""
+    if "torch._dynamo" in sys.modules:
+        yield
+        return
+    stand_in = types.ModuleType("torch._dynamo")
+    stand_in.disable = lambda fn, recursive=True, wrapping=True: fn
+    sys.modules["torch._dynamo"] = stand_in
+    try:
+        yield
+    finally:
+        if sys.modules.get("torch._dynamo") is stand_in:
+            del sys.modules["torch._dynamo"]
+
+
+def run_on_meta(fn, *args, **kwargs):
+    """Call fn under the device watcher. Raises DeviceMismatch on a device mix.
+
+    Other errors that meta tensors cause (data-dependent shapes, ops with no meta
+    kernel) are not the student's fault: the probe then returns None.
+    """
+    try:
+        with _without_dynamo_import(), _MetaWatcher():
+            return fn(*args, **kwargs)
+    except DeviceMismatch:
+        raise
+    except NotImplementedError as e:
+        if "Meta" in str(e) or "meta" in str(e):
+            return None
+        raise
+    except (RuntimeError, ValueError, IndexError, TypeError) as e:
+        if "meta" in str(e).lower() and "device" in str(e).lower() and "cpu" in str(e).lower():
+            raise DeviceMismatch(f"device mismatch on meta-device inputs: {e}") from None
+        return None
+
+
+def _tensors(tree) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+class AllocationTooLarge(AssertionError):
+    """A call allocated far more memory than its result needs."""
+
+
+def assert_no_large_allocation(name: str, fn, args: tuple, *, factor: int = 8,
+                               vocab_size: int | None = None, ids_shape=None):
+    """Call fn(*args); fail if any op allocates more than `factor` x the output's elements."""
+    result, largest = largest_allocation(fn, *args)
+    limit = factor * max(result.numel(), 1)
+    if largest is None or largest.numel <= limit:
+        return result
+    dtype = str(largest.dtype).removeprefix("torch.")
+    text = (f"{name} allocated a {dtype}{largest.shape} tensor (aten.{largest.op}, {largest.numel:,} elements), "
+            f"{largest.numel // max(result.numel(), 1):,}x its output {list(result.shape)}.")
+    if vocab_size and largest.shape[-1] == vocab_size and ids_shape is not None \
+            and largest.shape[:-1] == list(ids_shape):
+        text += (f"\nThat is a one-hot [..., vocab_size] tensor. At GPT-2 scale ([8, 1024] ids, V=50257) "
+                 f"it is {8 * 1024 * 50257 * 4 / 1e9:.1f} GB in fp32, to fetch 8,192 rows. "
+                 "Index the table instead: weights[token_ids].")
+    else:
+        text += " A lookup needs nothing larger than its output; avoid expanding to the table's size."
+    raise AllocationTooLarge(text)

@@ -1,0 +1,113 @@
+"""Load an adapters module and check every call against the contract.
+
+Whatever module `--adapters` names, each function is wrapped with the contract's
+jaxtyping annotations and checked by beartype, so a wrong shape, dtype or a `None`
+fails with the adapter's name and the expected axes rather than deep in a test.
+"""
+
+import importlib
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+from beartype import beartype
+from jaxtyping import TypeCheckError, jaxtyped
+
+from harness.contract import ADAPTERS, Adapter
+
+
+class AdaptersError(Exception):
+    """The adapters module cannot be loaded or lacks a contract function."""
+
+
+class ContractViolation(AssertionError):
+    """An adapter was called or returned outside its declared signature."""
+
+
+def load_module(target: str):
+    """`target` is a dotted module name, a path to a .py file, or `module:attribute`."""
+    name, _, attribute = target.partition(":") if not target.endswith(".py") else (target, "", "")
+    try:
+        if name.endswith(".py"):
+            path = Path(name).resolve()
+            if not path.is_file():
+                raise AdaptersError(f"--adapters {target}: no such file {path}")
+            spec = importlib.util.spec_from_file_location(f"_adapters_{path.stem}", path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(name)
+    except AdaptersError:
+        raise
+    except ModuleNotFoundError as e:
+        raise AdaptersError(f"could not import adapters {target!r}: {e}. "
+                            "Pass a dotted module name or a path to a .py file.") from e
+    except Exception as e:  # student code that fails at import time
+        raise AdaptersError(f"importing adapters {target!r} raised {type(e).__name__}: {e}") from e
+    return getattr(module, attribute) if attribute else module
+
+
+class Adapters:
+    """Attribute access to contract-checked adapter functions."""
+
+    def __init__(self, target: str):
+        self.target = target
+        self.module = load_module(target)
+        self._checked = {}
+
+    def __getattr__(self, name: str):
+        if name not in ADAPTERS:
+            raise AttributeError(name)
+        if name not in self._checked:
+            impl = getattr(self.module, name, None)
+            if impl is None:
+                raise AdaptersError(f"{self.target} has no function {name}; "
+                                    f"copy its signature from harness/contract.py")
+            self._checked[name] = checked(ADAPTERS[name], impl)
+        return self._checked[name]
+
+
+def checked(adapter: Adapter, impl):
+    """Wrap `impl` in a function with the contract's parameter names and annotations."""
+    params = list(adapter.signature.parameters)
+    namespace = {"impl": impl}
+    exec(f"def {adapter.name}({', '.join(params)}):\n    return impl({', '.join(params)})", namespace)
+    wrapper = namespace[adapter.name]
+    wrapper.__annotations__ = dict(adapter.spec.__annotations__)
+    wrapper.__doc__ = adapter.spec.__doc__
+    typed = jaxtyped(typechecker=beartype)(wrapper)
+
+    def call(*args, **kwargs):
+        try:
+            return typed(*args, **kwargs)
+        except TypeCheckError as e:
+            raise ContractViolation(explain(adapter, str(e))) from None
+    call.__name__ = adapter.name
+    call.adapter = adapter
+    return call
+
+
+def explain(adapter: Adapter, message: str) -> str:
+    """Shorten jaxtyping's report to what the student needs: what, got, expected, axes."""
+    actual = _field(message, "Actual value")
+    expected = _field(message, "Expected type")
+    axes = ", ".join(re.findall(r"^(\w+=\S+)$", message, re.M))
+    where = "returned" if "return value" in message else f"was called with {_argument(message)}"
+    text = f"{adapter.name} {where} {actual}, but the contract says {expected}"
+    if actual == "None":
+        text += ". Did the adapter forget to `return`?"
+    if axes:
+        text += f"\n  axis sizes bound by the inputs: {axes}"
+    return text + f"\n  see the docstring of {adapter.name} in adapters.py"
+
+
+def _field(message: str, label: str) -> str:
+    match = re.search(rf"^{label}: (.*?)\.?$", message, re.M)
+    return match.group(1) if match else "?"
+
+
+def _argument(message: str) -> str:
+    match = re.search(r"parameter (\w+)", message)
+    return f"an argument `{match.group(1)}` of" if match else "an argument of"

@@ -1,0 +1,150 @@
+"""The fixture store: one term is `fixtures/<term>/manifest.json` plus safetensors files.
+
+Reading verifies every file's sha256 before any tensor is used, and never writes.
+Hidden cases live in `hidden/` with a manifest of their own, so a student release
+is the public folder alone. Nothing here uses pickle.
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+SCHEMA = 1
+MANIFEST = "manifest.json"
+HIDDEN = "hidden"
+RESTORE = "Restore it from the release (e.g. `git checkout -- fixtures/`); tests never regenerate fixtures."
+
+
+class FixtureError(Exception):
+    """A term is unknown, missing a file, or a file does not match its recorded hash."""
+
+
+@dataclass
+class Case:
+    function: str
+    name: str
+    args: dict              # non-tensor arguments, JSON values
+    inputs: list[str]       # tensor arguments stored in the file, in call order
+    check: str = "output"   # "output": compare with the stored result; "raises": must raise
+    atol: float = 0.0       # atol = rtol = 0 means bit-exact (torch.equal)
+    rtol: float = 0.0
+    grads: list[str] = field(default_factory=list)  # arguments with a stored gradient
+    grad_atol: float = 1e-6
+    grad_rtol: float = 1e-5
+    views: dict = field(default_factory=dict)       # argument -> "transposed" (non-contiguous)
+    hidden: bool = False
+    note: str = ""          # what this case is about, shown in failure reports
+    file: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.function}/{self.name}"
+
+    def key(self, role: str, arg: str = "") -> str:
+        return f"{self.name}/{role}/{arg}" if arg else f"{self.name}/{role}"
+
+
+def terms_root(project: Path) -> Path:
+    return project / "fixtures"
+
+
+def list_terms(project: Path) -> list[str]:
+    root = terms_root(project)
+    return sorted(p.name for p in root.iterdir() if (p / MANIFEST).is_file()) if root.is_dir() else []
+
+
+class Term:
+    """A verified, read-only fixture term."""
+
+    def __init__(self, project: Path, name: str, hidden: bool = False):
+        self.name = name
+        self.dir = terms_root(project) / name
+        if not (self.dir / MANIFEST).is_file():
+            known = ", ".join(list_terms(project)) or "none"
+            raise FixtureError(f"unknown fixture term {name!r}; terms in {terms_root(project)}: {known}. "
+                               "Set [tool.harness] term in pyproject.toml, or pass --term NAME.")
+        self.manifest = _read_manifest(self.dir)
+        self.cases = _cases(self.manifest, "")
+        self.hidden_loaded = hidden and (self.dir / HIDDEN / MANIFEST).is_file()
+        if self.hidden_loaded:
+            self.cases += _cases(_read_manifest(self.dir / HIDDEN), HIDDEN + "/")
+        self._files: dict[str, dict] = {}
+
+    @property
+    def hidden_counts(self) -> dict[str, int]:
+        return self.manifest.get("hidden_counts", {})
+
+    def tensors(self, case: Case) -> dict[str, torch.Tensor]:
+        if case.file not in self._files:
+            self._files[case.file] = load_file(self.dir / case.file)
+        data = self._files[case.file]
+        prefix = case.name + "/"
+        return {k[len(prefix):]: v for k, v in data.items() if k.startswith(prefix)}
+
+    def inputs(self, case: Case, requires_grad: bool = False) -> dict:
+        """Keyword arguments for the adapter, fresh copies so a mutating adapter harms nothing."""
+        stored = self.tensors(case)
+        kwargs = dict(case.args)
+        for arg in case.inputs:
+            t = stored[f"in/{arg}"].clone().requires_grad_(requires_grad and arg in case.grads)
+            kwargs[arg] = t.transpose(-1, -2) if case.views.get(arg) == "transposed" else t
+        return kwargs
+
+
+def _read_manifest(folder: Path) -> dict:
+    path = folder / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise FixtureError(f"{path} is unreadable ({e}). {RESTORE}") from e
+    if manifest.get("schema") != SCHEMA:
+        raise FixtureError(f"{path} has schema {manifest.get('schema')!r}; this harness reads schema {SCHEMA}.")
+    for rel, digest in manifest["files"].items():
+        file = folder / rel
+        if not file.is_file():
+            raise FixtureError(f"fixture file {file} is missing. {RESTORE}")
+        actual = sha256(file)
+        if actual != digest:
+            raise FixtureError(f"fixture file {file} was modified or truncated: its sha256 is "
+                               f"{actual[:12]}…, the manifest records {digest[:12]}…. {RESTORE}")
+    return manifest
+
+
+def _cases(manifest: dict, prefix: str) -> list[Case]:
+    cases = [Case(**c) for c in manifest["cases"]]
+    for case in cases:
+        case.file = prefix + case.file
+    return cases
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_term(folder: Path, meta: dict, cases: list[Case], tensors: dict[str, dict]) -> None:
+    """Write one manifest (public or hidden) and one safetensors file per function.
+
+    `tensors[case.id]` maps role keys ("in/weights", "out", ...) to tensors.
+    The same inputs give byte-identical files.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    by_file: dict[str, dict] = {}
+    for case in cases:
+        case.file = f"{case.function}.safetensors"
+        for role, t in tensors[case.id].items():
+            by_file.setdefault(case.file, {})[f"{case.name}/{role}"] = t.detach().contiguous().clone()
+    files = {}
+    for rel, data in sorted(by_file.items()):
+        save_file(data, folder / rel)
+        files[rel] = sha256(folder / rel)
+    manifest = {"schema": SCHEMA, **meta, "files": files,
+                "cases": [_case_json(c) for c in cases]}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def _case_json(case: Case) -> dict:
+    return {k: v for k, v in case.__dict__.items()}

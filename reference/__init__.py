@@ -1,0 +1,1 @@
+"""The instructor's reference implementation. Stripped from the student release."""

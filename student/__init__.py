@@ -1,0 +1,1 @@
+"""Your implementation. adapters.py calls into these modules."""

@@ -1,0 +1,173 @@
+"""Unit 2.1 checks that need no fixture: probes, module structure and properties.
+
+Inputs are made here from a fixed seed; expected values come from properties that
+any correct implementation has, never from a stored answer.
+"""
+
+import pytest
+import torch
+
+from harness.probes import assert_no_large_allocation, run_on_meta
+
+adapter = pytest.mark.adapter
+
+
+def rng():
+    return torch.Generator().manual_seed(0)
+
+
+# ---------------------------------------------------------------- run_embedding
+
+@adapter("run_embedding")
+def test_embedding_indexes_without_one_hot(adapters):
+    ids = torch.randint(0, 4096, (8, 16), generator=rng())
+    weights = torch.randn(4096, 4, generator=rng())
+    assert_no_large_allocation("run_embedding", adapters.run_embedding, (4096, 4, weights, ids),
+                               vocab_size=4096, ids_shape=ids.shape)
+
+
+@adapter("run_embedding")
+def test_embedding_runs_on_meta_device(adapters):
+    out = run_on_meta(adapters.run_embedding, 10, 4, torch.empty(10, 4, device="meta"),
+                      torch.zeros(2, 3, dtype=torch.long, device="meta"))
+    assert out is None or out.device.type == "meta", "the output left the inputs' device"
+
+
+# ---------------------------------------------------------------- positions
+
+@adapter("run_learned_positions")
+def test_learned_positions_run_on_meta_device(adapters):
+    out = run_on_meta(adapters.run_learned_positions, 8, 4, torch.empty(8, 4, device="meta"),
+                      torch.zeros(2, 3, dtype=torch.long, device="meta"))
+    assert out is None or out.device.type == "meta", "the output left the inputs' device"
+
+
+@adapter("run_sinusoidal_positions")
+def test_sinusoidal_extends_far_beyond_training_length(adapters):
+    # The formula extends to any position; that is not the same as a model extrapolating.
+    positions = torch.tensor([0, 1, 10**4, 10**5, 10**6])
+    pe = adapters.run_sinusoidal_positions(32, positions)
+    assert torch.isfinite(pe).all(), "non-finite encodings at large positions"
+    assert pe.abs().max() <= 1.0 + 1e-6, f"sin/cos values must lie in [-1, 1]; max |PE| = {pe.abs().max():.4g}"
+
+
+@adapter("run_sinusoidal_positions")
+@pytest.mark.parametrize("k", [1, 5])
+def test_sinusoidal_offset_is_a_rotation_of_each_pair(adapters, k):
+    """PE[p+k] = R_k PE[p] with one fixed 2x2 rotation per (2i, 2i+1) pair, for every p."""
+    d = 16
+    p = torch.arange(0, 40)
+    now = adapters.run_sinusoidal_positions(d, p).double().view(-1, d // 2, 2)
+    later = adapters.run_sinusoidal_positions(d, p + k).double().view(-1, d // 2, 2)
+    for i in range(d // 2):
+        a, b = now[:, i, :], later[:, i, :]
+        rotation = torch.linalg.lstsq(a, b).solution  # b ≈ a @ rotation, the same for every p
+        residual = (a @ rotation - b).abs().max().item()
+        assert residual < 1e-4, (
+            f"dims ({2 * i}, {2 * i + 1}) at position p+{k} are not a fixed linear map of the same dims at p "
+            f"(residual {residual:.2g}). Each pair must hold sin and cos of one frequency: "
+            "PE[p, 2i] = sin(p w_i), PE[p, 2i+1] = cos(p w_i), interleaved, not [sin | cos].")
+        should_be_identity = rotation.T @ rotation
+        assert torch.allclose(should_be_identity, torch.eye(2, dtype=torch.double), atol=1e-3), (
+            f"dims ({2 * i}, {2 * i + 1}): the map from p to p+{k} is not a rotation")
+
+
+@adapter("run_sinusoidal_positions")
+def test_sinusoidal_runs_on_meta_device(adapters):
+    out = run_on_meta(adapters.run_sinusoidal_positions, 8, torch.zeros(2, 3, dtype=torch.long, device="meta"))
+    assert out is None or out.device.type == "meta", "the output left the inputs' device"
+
+
+@adapter("run_embed_with_positions")
+@pytest.mark.parametrize("kind", ["learned", "sinusoidal"])
+def test_repeated_token_differs_after_adding_positions(adapters, kind):
+    """The self-test exercise: ids [2, 0, 2] match before positions are added, not after."""
+    ids = torch.tensor([[2, 0, 2]])
+    table = torch.randn(5, 8, generator=rng())
+    positions = torch.randn(4, 8, generator=rng()) if kind == "learned" else None
+    tokens = adapters.run_embedding(5, 8, table, ids)
+    assert torch.equal(tokens[0, 0], tokens[0, 2]), "the same id must select the same row"
+    x = adapters.run_embed_with_positions(5, 4, 8, table, positions, ids)
+    assert not torch.allclose(x[0, 0], x[0, 2]), (
+        f"with {kind} positions, the two copies of id 2 (positions 0 and 2) still have equal vectors: "
+        "position vectors must be added, indexed by position, not by token id.")
+
+
+@adapter("run_embed_with_positions")
+def test_embed_with_positions_runs_on_meta_device(adapters):
+    out = run_on_meta(adapters.run_embed_with_positions, 10, 4, 8, torch.empty(10, 8, device="meta"),
+                      None, torch.zeros(2, 3, dtype=torch.long, device="meta"))
+    assert out is None or out.device.type == "meta", "the output left the inputs' device"
+
+
+# ---------------------------------------------------------------- modules
+
+@adapter("get_embedding")
+def test_embedding_module_has_exactly_the_table(adapters):
+    module = adapters.get_embedding(1000, 32)
+    params = list(module.parameters())
+    count = sum(p.numel() for p in params)
+    assert count == 32_000, f"V=1000, D=32 must give exactly 32,000 parameters (the table); got {count:,}"
+    assert [list(p.shape) for p in params] == [[1000, 32]], \
+        f"expected one [1000, 32] parameter, got {[list(p.shape) for p in params]}"
+    ids = torch.randint(0, 1000, (2, 5), generator=rng())
+    out = module(ids)
+    assert out.shape == (2, 5, 32), f"ids [2, 5] must give [2, 5, 32], got {list(out.shape)}"
+    assert torch.equal(out, params[0][ids]), "forward(ids) must return the table's rows, weight[ids]"
+
+
+@adapter("get_embedding")
+def test_embedding_module_trains_its_table(adapters):
+    module = adapters.get_embedding(20, 4)
+    module(torch.tensor([[1, 1, 3]])).sum().backward()
+    (table,) = module.parameters()
+    assert table.grad is not None, "no gradient reached the table: is it an nn.Parameter used in forward?"
+    assert torch.equal(table.grad[1], torch.full((4,), 2.0)), "id 1 appears twice, so its row's gradient must be 2"
+
+
+@adapter("get_embedding")
+def test_embedding_module_moves_to_meta(adapters):
+    module = adapters.get_embedding(16, 4).to("meta")
+    out = run_on_meta(module, torch.zeros(2, 3, dtype=torch.long, device="meta"))
+    assert out is None or out.device.type == "meta"
+
+
+@adapter("get_embedding")
+def test_embedding_module_indexes_without_one_hot(adapters):
+    module = adapters.get_embedding(4096, 4)
+    ids = torch.randint(0, 4096, (8, 16), generator=rng())
+    with torch.no_grad():
+        assert_no_large_allocation("get_embedding(...).forward", module, (ids,),
+                                   vocab_size=4096, ids_shape=ids.shape)
+
+
+@adapter("get_sinusoidal_positions")
+def test_sinusoidal_module_has_no_parameters(adapters):
+    module = adapters.get_sinusoidal_positions(64, 16)
+    params = {n: list(p.shape) for n, p in module.named_parameters()}
+    assert not params, (f"sinusoidal encodings are fixed, so the module has 0 parameters; "
+                        f"found {params}. Store the table with register_buffer, not nn.Parameter.")
+    assert any(b.numel() for b in module.buffers()), \
+        "keep the precomputed table as a buffer (register_buffer) so .to(device) moves it"
+
+
+@adapter("get_sinusoidal_positions")
+def test_sinusoidal_module_moves_to_meta(adapters):
+    module = adapters.get_sinusoidal_positions(64, 16).to("meta")
+    out = run_on_meta(module, torch.arange(5, device="meta"))
+    assert out is None or out.device.type == "meta"
+
+
+@adapter("get_sinusoidal_positions")
+def test_sinusoidal_module_matches_fixtures(adapters, term):
+    cases = [c for c in term.cases if c.function == "run_sinusoidal_positions" and c.check == "output"]
+    assert cases, "the term has no run_sinusoidal_positions cases"
+    for case in cases:
+        kwargs = term.inputs(case)
+        positions = kwargs["token_positions"]
+        module = adapters.get_sinusoidal_positions(int(positions.max()) + 1, case.args["d_model"])
+        expected = term.tensors(case)["out"]
+        out = module(positions)
+        assert out.shape == expected.shape and torch.allclose(out, expected, atol=case.atol, rtol=case.rtol), (
+            f"forward() differs from run_sinusoidal_positions' expected values on case {case.name!r} "
+            f"({case.note})")
