@@ -43,7 +43,7 @@ def _build_case(reference: Adapters, spec: Spec, seed: int) -> tuple[Case, dict]
     generated = spec.generate(seed)
     inputs = [n for n in adapter.signature.parameters if n in generated]
     grads = [n for n in adapter.float_args if n in generated] if spec.check == "output" else []
-    case = spec.case(inputs, grads)
+    case = spec.case(generated, inputs, grads)
     tensors = {f"in/{n}": generated[n] for n in inputs}
     fn = getattr(reference, spec.function)
     kwargs = {**case.args, **{n: t.clone().requires_grad_(n in grads) for n, t in generated.items()}}

@@ -34,8 +34,9 @@ def check_gradient(adapters, term: Term, case: Case) -> None:
     stored = term.tensors(case)
     where = header(case, kwargs)
     if not isinstance(out, torch.Tensor) or not out.requires_grad:
-        raise Mismatch(f"{where}\nno gradient flows back from the output at all: "
-                       f"is the computation detached, or run under torch.no_grad()?")
+        names = ", ".join(f"`{n}`" for n in case.grads)
+        raise Mismatch(f"{where}\nno gradient reaches {names}: the output does not require grad. "
+                       "Is the computation detached (.detach(), .data) or run under torch.no_grad()?")
     wrt = [kwargs[name] for name in case.grads]
     grads = torch.autograd.grad(out, wrt, stored["cot"], allow_unused=True)
     for name, grad in zip(case.grads, grads):

@@ -137,7 +137,7 @@ def pytest_runtest_call(item):
 def pytest_runtest_makereport(item, call):
     report = yield
     name = item.stash.get(ADAPTER, None)
-    if call.excinfo is not None and report.failed:
+    if name and call.excinfo is not None and report.failed:
         report.longrepr = _explain(item, name, call.excinfo) or report.longrepr
     if name and PROGRESS in item.config.stash and (report.when == "call" or report.failed):
         not_impl = call.excinfo is not None and call.excinfo.errisinstance(NotImplementedError)

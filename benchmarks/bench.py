@@ -1,0 +1,67 @@
+"""Speed and size figures for the student suite and the fixture store.
+
+    python benchmarks/bench.py [--runs 5] [--term 2026-fall]
+
+Prints medians over several runs. Targets (checked here, never by a timed test):
+the full student suite against the reference under 2.5x a bare `import torch`,
+and one term's fixtures under 1 MiB.
+"""
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def wall(cmd: list[str], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(cmd, cwd=PROJECT, capture_output=True, check=False)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def folder_size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--term", default="2026-fall")
+    args = parser.parse_args()
+
+    torch_import = wall([sys.executable, "-c", "import torch"], args.runs)
+    suite = wall([sys.executable, "-m", "pytest", "-q", "--adapters", "reference.adapters"], args.runs)
+    suite_hidden = wall([sys.executable, "-m", "pytest", "-q", "--adapters", "reference.adapters", "--hidden"],
+                        args.runs)
+    term = PROJECT / "fixtures" / args.term
+    public = folder_size(term) - folder_size(term / "hidden")
+    hidden = folder_size(term / "hidden")
+
+    from harness.build import build_term
+    builds = []
+    for i in range(3):
+        with tempfile.TemporaryDirectory() as tmp:
+            start = time.perf_counter()
+            build_term(Path(tmp), "bench", seed=i)
+            builds.append(time.perf_counter() - start)
+
+    print(f"median of {args.runs} runs")
+    print(f"  python -c 'import torch'            {torch_import:6.2f} s")
+    print(f"  student suite vs reference         {suite:6.2f} s  = {suite / torch_import:.2f}x torch import "
+          f"(target < 2.5x)")
+    print(f"  same, with hidden cases            {suite_hidden:6.2f} s  = {suite_hidden / torch_import:.2f}x")
+    print(f"  term build (in process, median 3)  {statistics.median(builds):6.2f} s")
+    print(f"fixtures/{args.term}: public {public / 1024:.0f} KiB + hidden {hidden / 1024:.0f} KiB "
+          f"= {(public + hidden) / 1024:.0f} KiB (target < 1024 KiB)")
+
+
+if __name__ == "__main__":
+    main()

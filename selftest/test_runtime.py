@@ -1,0 +1,99 @@
+"""Adapters loading, contract checks and the readable reports, proved on purpose-made mistakes."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from conftest import PROJECT, run_suite
+from harness.contract import render_adapters
+from harness.runtime import Adapters, AdaptersError, ContractViolation
+
+
+@pytest.mark.parametrize("package, path", [("student", "adapters.py"), ("reference", "reference/adapters.py")])
+def test_adapters_are_rendered_from_the_contract(package, path):
+    assert (PROJECT / path).read_text() == render_adapters(package), \
+        f"{path} is stale: run `python -m harness contract`"
+
+
+def test_none_return_names_the_adapter_and_the_axes():
+    adapters = Adapters("reference.variants:forgot_return")
+    with pytest.raises(ContractViolation) as e:
+        adapters.run_embedding(10, 4, torch.randn(10, 4), torch.tensor([1, 2]))
+    text = str(e.value)
+    assert "run_embedding returned None" in text and "'... d_model'" in text and "d_model=4" in text
+
+
+def test_wrong_shape_names_the_actual_shape(tmp_path):
+    module = tmp_path / "short_adapters.py"
+    module.write_text("def run_embedding(vocab_size, d_model, weights, token_ids):\n"
+                      "    return weights[token_ids][..., :2]\n")
+    with pytest.raises(ContractViolation, match=r"(?s)returned f32\[2,2\].*d_model=4"):
+        Adapters(str(module)).run_embedding(10, 4, torch.randn(10, 4), torch.tensor([1, 2]))
+
+
+def test_integer_output_is_a_dtype_violation(tmp_path):
+    module = tmp_path / "int_adapters.py"
+    module.write_text("def run_embedding(vocab_size, d_model, weights, token_ids):\n"
+                      "    return weights[token_ids].long()\n")
+    with pytest.raises(ContractViolation, match=r"(?s)returned i64\[2,4\].*Float"):
+        Adapters(str(module)).run_embedding(10, 4, torch.randn(10, 4), torch.tensor([1, 2]))
+
+
+def test_missing_function_is_named(tmp_path):
+    module = tmp_path / "empty_adapters.py"
+    module.write_text("")
+    with pytest.raises(AdaptersError, match="has no function run_embedding"):
+        Adapters(str(module)).run_embedding
+
+
+def test_adapters_that_fail_to_import_fail_every_test_with_the_reason(tmp_path):
+    module = tmp_path / "broken.py"
+    module.write_text("def run_embedding(:\n")
+    run = run_suite("--adapters", str(module))
+    assert run.exit_code == 1 and run.messages
+    assert all("SyntaxError" in m for m in run.messages.values())
+
+
+def test_a_hanging_adapter_fails_by_timeout(tmp_path):
+    module = tmp_path / "hang.py"
+    module.write_text("from reference.adapters import *\n"
+                      "def run_sinusoidal_positions(d_model, token_positions):\n"
+                      "    while True:\n        pass\n")
+    run = run_suite("--adapters", str(module), "--case-timeout", "0.2", "-k", "run_sinusoidal_positions/arange")
+    assert run.exit_code == 1 and len(run.failed) == 1
+    assert "did not finish within 0.2 s" in next(iter(run.messages.values()))
+
+
+def test_environment_variable_selects_adapters(monkeypatch):
+    monkeypatch.setenv("HARNESS_ADAPTERS", "reference.variants:detached_table")
+    run = run_suite("-k", "seed-exercise")
+    assert any("no gradient reaches `weights`" in m for m in run.messages.values())
+
+
+def test_adapters_path_option_works_from_the_tests_folder():
+    """--adapters is registered by the installed plugin, so a path is not taken for a test path,
+    and fixtures are found from the project root wherever pytest starts."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "HARNESS"))}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "--adapters", "../reference/adapters.py",
+                             "-k", "fixture"], cwd=PROJECT / "tests", env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "Progress: term 2026-fall" in result.stdout
+
+
+def test_progress_table_reports_each_state(capsys):
+    run_suite("--adapters", "reference.variants:negative_ids_wrap")
+    out = capsys.readouterr().out
+    assert "Unit 2.1: embeddings and positions" in out
+    assert "run_embedding                          failed" in out
+    assert "run_learned_positions                  passed" in out
+    assert "Hidden cases exist and were not run here" in out
+
+
+def test_unit_completion_points_to_the_next_unit(capsys):
+    run_suite("--adapters", "reference.adapters")
+    assert "every function passes. Next: Unit 2.2" in capsys.readouterr().out
