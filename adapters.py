@@ -6,11 +6,25 @@ This file is rendered from harness/contract.py.
 """
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 import student as impl
+import student.accounting  # noqa: F401
+import student.attention  # noqa: F401
 import student.embeddings  # noqa: F401
+import student.model  # noqa: F401
+import student.rope  # noqa: F401
+
+
+def with_weights(module: torch.nn.Module, weights: dict, *inputs):
+    """Run `module` with `weights` standing in for its parameters, so gradients reach them."""
+    own = dict(module.named_parameters())
+    if set(own) != set(weights):
+        raise KeyError(f"{type(module).__name__}'s parameters must be exactly {sorted(weights)}; "
+                       f"missing {sorted(set(weights) - set(own))}, extra {sorted(set(own) - set(weights))}. "
+                       "Use the names in the docstring; tables without gradients belong in buffers.")
+    return torch.func.functional_call(module, weights, inputs)
 
 
 def run_embedding(
@@ -161,3 +175,325 @@ def get_sinusoidal_positions(max_len: int, d_model: int) -> torch.nn.Module:
     parameters, and .to(device) moves the table with it.
     """
     return impl.embeddings.SinusoidalPositions(max_len, d_model)
+
+
+def run_linear(
+    d_in: int,
+    d_out: int,
+    weights: Float[Tensor, "d_out d_in"],
+    in_features: Float[Tensor, "... d_in"],
+) -> Float[Tensor, "... d_out"]:
+    """A bias-free linear layer: y = x @ W.T, with W stored as [d_out, d_in].
+
+    Args:
+        d_in, d_out: input and output widths.
+        weights: W, shaped [d_out, d_in] (the layout of torch.nn.Linear.weight).
+        in_features: x, shaped [..., d_in] with any number of leading dims
+            (none, one, or several), possibly non-contiguous.
+
+    Returns:
+        [..., d_out].
+
+    Your Linear module's only parameter is `weight` [d_out, d_in]. Do not assume
+    x is 3-D: einsum("...i,oi->...o") or x @ W.T work for any rank.
+    """
+    return with_weights(impl.attention.Linear(d_in, d_out), {'weight': weights}, in_features)
+
+
+def run_softmax(in_features: Float[Tensor, "..."], dim: int) -> Float[Tensor, "..."]:
+    """Softmax along `dim`: exp(x - max) / sum(exp(x - max)).
+
+    Subtract the maximum along `dim` (per slice, not the global max) before exp,
+    so inputs offset by +100 or +1000 stay finite. Honour `dim`; it is not always -1.
+
+    Returns:
+        a tensor shaped like in_features whose slices along `dim` sum to 1.
+    """
+    return impl.attention.softmax(in_features, dim)
+
+
+def run_silu(in_features: Float[Tensor, "..."]) -> Float[Tensor, "..."]:
+    """SiLU (swish): x * sigmoid(x), elementwise, same shape."""
+    return impl.attention.silu(in_features)
+
+
+def run_scaled_dot_product_attention(
+    Q: Float[Tensor, "... queries d_k"],
+    K: Float[Tensor, "... keys d_k"],
+    V: Float[Tensor, "... keys d_v"],
+    mask: Bool[Tensor, "... queries keys"] | None = None,
+) -> Float[Tensor, "... queries d_v"]:
+    """softmax(Q K^T / sqrt(d_k) + mask_term) V, over any number of leading dims.
+
+    The softmax runs over the keys axis (the last axis of the scores [..., queries,
+    keys]). The scale uses d_k, the width of Q and K, which may differ from d_v, and
+    queries may differ from keys.
+
+    Args:
+        Q: [..., queries, d_k]; K: [..., keys, d_k]; V: [..., keys, d_v].
+        mask: optional boolean [..., queries, keys]. True means the query MAY attend
+            to that key, as in torch.nn.functional.scaled_dot_product_attention.
+            False positions get -inf before the softmax (never zeroed after it).
+            Fixtures contain no fully masked row.
+
+    Returns:
+        [..., queries, d_v].
+    """
+    return impl.attention.scaled_dot_product_attention(Q, K, V, mask)
+
+
+def run_multihead_self_attention(
+    d_model: int,
+    num_heads: int,
+    q_proj_weight: Float[Tensor, "d_model d_model"],
+    k_proj_weight: Float[Tensor, "d_model d_model"],
+    v_proj_weight: Float[Tensor, "d_model d_model"],
+    o_proj_weight: Float[Tensor, "d_model d_model"],
+    in_features: Float[Tensor, "... seq d_model"],
+) -> Float[Tensor, "... seq d_model"]:
+    """Causal multi-head self-attention without positions.
+
+    Q = x Wq^T, K = x Wk^T, V = x Wv^T; each is split into num_heads heads of
+    d_k = d_v = d_model / num_heads. Projection rows are grouped head by head:
+    rows h*d_k .. (h+1)*d_k-1 of Wq belong to head h ("(h d) -> h d"), so the split
+    is view(..., seq, h, d_k) followed by a transpose to [..., h, seq, d_k].
+    Query i attends to keys 0..i only (causal; the diagonal is visible). The heads
+    are concatenated back in the same order and projected by W_o.
+
+    Args:
+        d_model, num_heads: sizes; d_model is divisible by num_heads.
+        q_proj_weight, k_proj_weight, v_proj_weight, o_proj_weight: [d_model, d_model].
+        in_features: [..., seq, d_model] with any leading dims.
+
+    Returns:
+        [..., seq, d_model].
+    """
+    module = impl.attention.MultiHeadSelfAttention(d_model, num_heads)
+    weights = {'q_proj.weight': q_proj_weight, 'k_proj.weight': k_proj_weight,
+               'v_proj.weight': v_proj_weight, 'output_proj.weight': o_proj_weight}
+    return with_weights(module, weights, in_features)
+
+
+def run_rope(
+    d_k: int,
+    theta: float,
+    max_seq_len: int,
+    in_query_or_key: Float[Tensor, "... seq d_k"],
+    token_positions: Int[Tensor, "... seq"],
+) -> Float[Tensor, "... seq d_k"]:
+    """Rotary position embedding of a query or key tensor, interleaved pairs.
+
+    Dimensions pair up as (x0, x1), (x2, x3), ...; pair k (0-based) rotates by the
+    angle pos * theta^(-2k / d_k):
+
+        (x_2k, x_2k+1) -> (x_2k cos a - x_2k+1 sin a,  x_2k sin a + x_2k+1 cos a)
+
+    This is not GPT-NeoX / Hugging Face rotate_half, which pairs i with i + d_k/2.
+
+    Args:
+        d_k: width of the vectors (even).
+        theta: the base, e.g. 10000.
+        max_seq_len: the largest position + 1 your cos/sin tables must cover.
+        in_query_or_key: [..., seq, d_k].
+        token_positions: int64 [..., seq], any non-negative integers below
+            max_seq_len: offsets, gaps, repeats, not only arange. They broadcast
+            against the leading dims of in_query_or_key.
+
+    Returns:
+        [..., seq, d_k], with the norm of every vector unchanged.
+
+    RoPE has no learnable parameters: precompute cos/sin as non-persistent buffers
+    (register_buffer(..., persistent=False)) on the right device. The point of it:
+    <rope(q, m), rope(k, n)> depends only on m - n.
+    """
+    rope = impl.rope.RotaryPositionalEmbedding(theta, d_k, max_seq_len, device=in_query_or_key.device)
+    return rope(in_query_or_key, token_positions)
+
+
+def run_multihead_self_attention_with_rope(
+    d_model: int,
+    num_heads: int,
+    max_seq_len: int,
+    theta: float,
+    q_proj_weight: Float[Tensor, "d_model d_model"],
+    k_proj_weight: Float[Tensor, "d_model d_model"],
+    v_proj_weight: Float[Tensor, "d_model d_model"],
+    o_proj_weight: Float[Tensor, "d_model d_model"],
+    in_features: Float[Tensor, "... seq d_model"],
+    token_positions: Int[Tensor, "... seq"] | None = None,
+) -> Float[Tensor, "... seq d_model"]:
+    """Causal multi-head self-attention with RoPE on queries and keys.
+
+    As run_multihead_self_attention, plus: after the head split, Q and K of every
+    head are rotated by RoPE with d_k = d_model / num_heads (the same rotation for
+    each head). V is never rotated. RoPE is not applied over d_model before the split.
+
+    Args:
+        token_positions: int64 [..., seq]; None means 0 .. seq-1. Positions may be
+            offset, gapped or repeated. The causal mask follows sequence order, not
+            the position values.
+
+    Returns:
+        [..., seq, d_model].
+    """
+    module = impl.attention.MultiHeadSelfAttention(d_model, num_heads, max_seq_len=max_seq_len, theta=theta,
+                                                   device=in_features.device)
+    weights = {'q_proj.weight': q_proj_weight, 'k_proj.weight': k_proj_weight,
+               'v_proj.weight': v_proj_weight, 'output_proj.weight': o_proj_weight}
+    return with_weights(module, weights, in_features, token_positions)
+
+
+def run_rmsnorm(
+    d_model: int,
+    eps: float,
+    weights: Float[Tensor, "d_model"],
+    in_features: Float[Tensor, "... d_model"],
+) -> Float[Tensor, "... d_model"]:
+    """RMSNorm over the last axis: x / sqrt(mean(x^2) + eps) * g.
+
+    eps goes inside the square root, and the `eps` argument is used, not a
+    hard-coded value. Compute in float32 (upcast fp16/bf16 inputs first: 300^2
+    overflows fp16) and return the input's dtype. There is no mean subtraction:
+    that would be LayerNorm.
+
+    Args:
+        weights: the gain g, [d_model].
+        in_features: [..., d_model], float32, float16 or bfloat16.
+
+    Returns:
+        [..., d_model] in the dtype of in_features.
+    """
+    return with_weights(impl.model.RMSNorm(d_model, eps=eps), {'weight': weights}, in_features)
+
+
+def run_swiglu(
+    d_model: int,
+    d_ff: int,
+    w1_weight: Float[Tensor, "d_ff d_model"],
+    w2_weight: Float[Tensor, "d_model d_ff"],
+    w3_weight: Float[Tensor, "d_ff d_model"],
+    in_features: Float[Tensor, "... d_model"],
+) -> Float[Tensor, "... d_model"]:
+    """The SwiGLU feed-forward network: W2 (silu(W1 x) * (W3 x)), no biases.
+
+    W1 and W3 are [d_ff, d_model] and W2 is [d_model, d_ff] (nn.Linear layout:
+    [out, in]). W1 goes through SiLU, W3 is the linear gate. d_ff is given; never
+    derive it from d_model.
+    """
+    module = impl.model.SwiGLU(d_model, d_ff)
+    return with_weights(module, {'w1.weight': w1_weight, 'w2.weight': w2_weight, 'w3.weight': w3_weight},
+                        in_features)
+
+
+def run_transformer_block(
+    d_model: int,
+    num_heads: int,
+    d_ff: int,
+    max_seq_len: int,
+    theta: float,
+    weights: dict[str, Tensor],
+    in_features: Float[Tensor, "batch seq d_model"],
+) -> Float[Tensor, "batch seq d_model"]:
+    """One pre-norm transformer block with RoPE attention (positions 0 .. seq-1):
+
+        z = x + MHA(RMSNorm1(x))
+        y = z + FFN(RMSNorm2(z))
+
+    The residual adds the raw input, not the normalised one. RMSNorm eps is 1e-5.
+
+    Args:
+        weights: the keys of one layer, without a `layers.{i}.` prefix:
+            attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight,
+            attn.output_proj.weight [d_model, d_model]; ln1.weight, ln2.weight
+            [d_model]; ffn.w1.weight, ffn.w3.weight [d_ff, d_model]; ffn.w2.weight
+            [d_model, d_ff].
+        in_features: [batch, seq, d_model].
+    """
+    module = impl.model.TransformerBlock(d_model, num_heads, d_ff, max_seq_len, theta, device=in_features.device)
+    return with_weights(module, weights, in_features)
+
+
+def run_transformer_lm(
+    vocab_size: int,
+    context_length: int,
+    d_model: int,
+    num_layers: int,
+    num_heads: int,
+    d_ff: int,
+    rope_theta: float,
+    weights: dict[str, Tensor],
+    in_indices: Int[Tensor, "batch seq"],
+) -> Float[Tensor, "batch seq vocab_size"]:
+    """The transformer language model: unnormalised next-token logits.
+
+    token_embeddings -> num_layers pre-norm blocks (RoPE, positions 0 .. seq-1)
+    -> ln_final (RMSNorm) -> lm_head. The output is logits, not probabilities: no
+    softmax at the end. lm_head is a separate matrix (untied). seq may be shorter
+    than context_length.
+
+    Args:
+        weights: token_embeddings.weight [vocab_size, d_model];
+            layers.{i}.attn.{q_proj,k_proj,v_proj,output_proj}.weight;
+            layers.{i}.ln1.weight, layers.{i}.ln2.weight;
+            layers.{i}.ffn.{w1,w2,w3}.weight; ln_final.weight;
+            lm_head.weight [vocab_size, d_model].
+        in_indices: int64 token ids [batch, seq].
+
+    Returns:
+        [batch, seq, vocab_size] logits.
+    """
+    module = impl.model.TransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff,
+                                      rope_theta, device=in_indices.device)
+    return with_weights(module, weights, in_indices)
+
+
+def run_transformer_accounting(
+    vocab_size: int,
+    context_length: int,
+    d_model: int,
+    num_layers: int,
+    num_heads: int,
+    d_ff: int,
+) -> dict[str, int]:
+    """Parameters and forward-pass matmul FLOPs of the transformer LM above.
+
+    A matmul of [m, n] by [n, p] costs 2*m*n*p FLOPs (a multiply and an add per
+    MAC). FLOPs are for one forward pass over one sequence of context_length
+    tokens; parameter counts cover all layers. The LM is untied, uses RoPE (no
+    position parameters) and has no biases.
+
+    Returns exactly these keys:
+        params.token_embeddings, params.attention, params.ffn, params.norms,
+        params.lm_head, params.total;
+        flops.attention_projections (Q, K, V and output projections),
+        flops.attention_scores (Q K^T), flops.attention_values (softmax(.) V),
+        flops.ffn, flops.lm_head, flops.total.
+    """
+    return impl.accounting.transformer_accounting(vocab_size, context_length, d_model, num_layers, num_heads, d_ff)
+
+
+def get_transformer_lm(
+    vocab_size: int,
+    context_length: int,
+    d_model: int,
+    num_layers: int,
+    num_heads: int,
+    d_ff: int,
+    rope_theta: float,
+    init_scheme: str = "cs336",
+) -> torch.nn.Module:
+    """Build your transformer LM, initialised by `init_scheme`.
+
+    Its state_dict() keys are exactly the run_transformer_lm weight keys (RoPE
+    tables are non-persistent buffers, so they are not among them), and
+    forward(in_indices [batch, seq]) returns logits [batch, seq, vocab_size].
+
+    "cs336": every Linear weight ~ N(0, 2 / (d_in + d_out)) truncated at +-3 sigma
+        (pass a=-3*std, b=3*std: trunc_normal_'s defaults are absolute +-2);
+        embeddings ~ N(0, 1) truncated at +-3; RMSNorm gains 1.
+    "gpt2" (nanoGPT): every Linear and Embedding ~ N(0, 0.02), except the residual
+        output projections attn.output_proj and ffn.w2 ~ N(0, 0.02 / sqrt(2 *
+        num_layers)); RMSNorm gains 1.
+    """
+    return impl.model.TransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta,
+                                    init_scheme=init_scheme)

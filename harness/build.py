@@ -1,6 +1,7 @@
 """Build and verify fixture terms (instructor only; not shipped to students)."""
 
 import shutil
+import zlib
 from pathlib import Path
 
 import torch
@@ -9,7 +10,7 @@ from harness.catalogue import CATALOGUE, Spec
 from harness.checks import CHECKS, checks_for
 from harness.contract import ADAPTERS
 from harness.runtime import Adapters
-from harness.store import HIDDEN, Case, Term, write_term
+from harness.store import HIDDEN, Case, Term, flatten, write_term
 
 REFERENCE = "reference.adapters"
 
@@ -42,26 +43,59 @@ def _build_case(reference: Adapters, spec: Spec, seed: int) -> tuple[Case, dict]
     adapter = ADAPTERS[spec.function]
     generated = spec.generate(seed)
     inputs = [n for n in adapter.signature.parameters if n in generated]
-    grads = [n for n in adapter.float_args if n in generated] if spec.check == "output" else []
+    leaves = dict(_leaves(generated))
+    # Gradients for float32 cases; half-precision cases test dtype behaviour only.
+    float32 = all(t.dtype == torch.float32 for t in leaves.values() if t.is_floating_point())
+    grads = [p for p, t in leaves.items() if t.is_floating_point() and p.split("/")[0] in adapter.float_args]
+    grads = grads if spec.check == "output" and float32 else []
     case = spec.case(generated, inputs, grads)
-    tensors = {f"in/{n}": generated[n] for n in inputs}
+    tensors = {}
+    for path, t in leaves.items():
+        tensors[f"in/{path}"] = t.transpose(-1, -2) if case.views.get(path) else t
     fn = getattr(reference, spec.function)
-    kwargs = {**case.args, **{n: t.clone().requires_grad_(n in grads) for n, t in generated.items()}}
     if spec.check == "raises":
         try:
-            fn(**kwargs)
+            fn(**case.args, **generated)
         except Exception:
             return case, tensors
         raise AssertionError(f"catalogue case {case.id} should raise, but the reference returned")
-    out = fn(**kwargs)
-    tensors["out"] = out.detach()
+
+    # Expected values come from float64 (float32 inputs are widened), so they are the
+    # exact answer rounded once, not one float32 implementation's rounding.
+    wide = {p: _widen(t).requires_grad_(p in grads) for p, t in leaves.items()}
+    out = fn(**case.args, **_assemble(generated, wide))
+    if isinstance(out, dict):
+        return case, {**tensors, **flatten("out", out)}
+    tensors["out"] = _narrow(out.detach())
     if grads:
-        g = torch.Generator().manual_seed(seed + len(case.id))
-        cot = torch.randn(out.shape, generator=g, dtype=out.dtype)
-        for name, grad in zip(grads, torch.autograd.grad(out, [kwargs[n] for n in grads], cot)):
-            tensors[f"grad/{name}"] = grad
+        g = torch.Generator().manual_seed(seed * 7919 + zlib.crc32(case.id.encode()))
+        cot = torch.randn(out.shape, generator=g, dtype=torch.float32)
+        for path, grad in zip(grads, torch.autograd.grad(out, [wide[p] for p in grads], cot.to(out.dtype))):
+            tensors[f"grad/{path}"] = _narrow(grad)
         tensors["cot"] = cot
     return case, tensors
+
+
+def _leaves(generated: dict):
+    for arg, value in generated.items():
+        if isinstance(value, dict):
+            yield from ((f"{arg}/{k}", t) for k, t in value.items())
+        else:
+            yield arg, value
+
+
+def _assemble(generated: dict, leaves: dict) -> dict:
+    """Rebuild keyword arguments from leaf paths (dict arguments from "arg/key")."""
+    return {arg: {k: leaves[f"{arg}/{k}"] for k in value} if isinstance(value, dict) else leaves[arg]
+            for arg, value in generated.items()}
+
+
+def _widen(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().double() if t.dtype == torch.float32 else t.detach().clone()
+
+
+def _narrow(t: torch.Tensor) -> torch.Tensor:
+    return t.float() if t.dtype == torch.float64 else t
 
 
 def verify_term(project: Path, name: str) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch
 
+from harness.contract import block_weight_shapes, lm_weight_shapes
 from harness.store import Case
 
 
@@ -26,16 +27,29 @@ class Gen:
     def make(self, g: torch.Generator) -> torch.Tensor:
         p = self.params
         if self.kind == "normal":
-            return torch.randn(self.shape, generator=g) * p.get("scale", 1.0) + p.get("offset", 0.0)
-        if self.kind == "ints":
-            return torch.randint(p.get("low", 0), p["high"], self.shape, generator=g)
-        if self.kind == "given":
-            return torch.tensor(p["values"])
-        raise ValueError(self.kind)
+            t = torch.randn(self.shape, generator=g) * p["scale"] + p["offset"]
+            t = t.to(getattr(torch, p["dtype"]))
+        elif self.kind == "ints":
+            t = torch.randint(p["low"], p["high"], self.shape, generator=g)
+        elif self.kind == "mask":
+            t = torch.rand(self.shape, generator=g) < 0.5
+            # Every query keeps at least one key: fully masked rows are undefined.
+            keep = torch.randint(0, self.shape[-1], self.shape[:-1], generator=g)
+            t.scatter_(-1, keep[..., None], True)
+        elif self.kind == "given":
+            t = torch.tensor(p["values"])
+        else:
+            raise ValueError(self.kind)
+        return t.transpose(-1, -2).contiguous().transpose(-1, -2) if self.transposed else t
+
+    @property
+    def transposed(self) -> bool:
+        return self.params.get("layout") == "transposed"
 
 
-def normal(*shape, scale=1.0, offset=0.0) -> Gen:
-    return Gen("normal", shape, {"scale": scale, "offset": offset})
+def normal(*shape, scale=1.0, offset=0.0, dtype="float32", layout=None) -> Gen:
+    """Gaussian values; layout="transposed" gives a non-contiguous view of the same shape."""
+    return Gen("normal", shape, {"scale": scale, "offset": offset, "dtype": dtype, "layout": layout})
 
 
 def ints(*shape, high, low=0) -> Gen:
@@ -43,8 +57,37 @@ def ints(*shape, high, low=0) -> Gen:
     return Gen("ints", shape, {"low": low, "high": high})
 
 
+def mask(*shape) -> Gen:
+    """A random boolean attention mask [..., queries, keys] with no fully masked row."""
+    return Gen("mask", shape)
+
+
 def given(values) -> Gen:
     return Gen("given", params={"values": values})
+
+
+def weight(d_out, d_in) -> Gen:
+    """A [d_out, d_in] matrix scaled so activations stay near unit size."""
+    return normal(d_out, d_in, scale=d_in ** -0.5)
+
+
+def gain(d) -> Gen:
+    """RMSNorm gains that are not 1, so an ignored gain shows."""
+    return normal(d, scale=0.3, offset=1.0)
+
+
+def block_weights(d, d_ff) -> dict[str, Gen]:
+    return _weights(block_weight_shapes(d, d_ff))
+
+
+def lm_weights(vocab, d, layers, d_ff) -> dict[str, Gen]:
+    return _weights(lm_weight_shapes(vocab, d, layers, d_ff))
+
+
+def _weights(shapes: dict) -> dict[str, Gen]:
+    """Random non-unit weights for the contract's state-dict shapes."""
+    return {key: gain(*shape) if len(shape) == 1 else normal(*shape) if "embeddings" in key else weight(*shape)
+            for key, shape in shapes.items()}
 
 
 @dataclass(frozen=True)
@@ -54,27 +97,53 @@ class Spec:
     args: dict
     note: str = ""
     check: str = "output"
-    tolerance: tuple | Callable = (0.0, 0.0)  # (atol, rtol), or a function of the inputs
+    tolerance: tuple | Callable | None = None  # (atol, rtol), a function of the inputs, or the default
     hidden: bool = False
 
     def case(self, generated: dict, inputs: list[str], grads: list[str]) -> Case:
-        scalars = {k: v for k, v in self.args.items() if not isinstance(v, Gen)}
-        atol, rtol = self.tolerance(generated) if callable(self.tolerance) else self.tolerance
-        return Case(function=self.function, name=self.name, args=scalars, inputs=inputs,
-                    check=self.check, atol=atol, rtol=rtol,
-                    grads=grads, hidden=self.hidden, note=self.note)
+        scalars = {k: v for k, v in self.args.items() if k not in generated}
+        tolerance = self.tolerance or TOLERANCE.get(self.function, (1e-5, 1e-4))
+        atol, rtol = tolerance(generated) if callable(tolerance) else tolerance
+        grad_atol, grad_rtol = (atol, rtol) if atol or rtol else (1e-6, 1e-5)
+        views = {path: "transposed" for path, gen in self.gens() if gen.transposed}
+        return Case(function=self.function, name=self.name, args=scalars, inputs=inputs, check=self.check,
+                    atol=atol, rtol=rtol, grads=grads, grad_atol=grad_atol, grad_rtol=grad_rtol,
+                    views=views, hidden=self.hidden, note=self.note)
 
-    def generate(self, seed: int) -> dict[str, torch.Tensor]:
+    def gens(self):
+        """(input path, recipe) for every tensor argument, dict entries as "arg/key"."""
+        for arg, value in self.args.items():
+            if isinstance(value, Gen):
+                yield arg, value
+            elif isinstance(value, dict):
+                yield from ((f"{arg}/{k}", g) for k, g in value.items())
+
+    def generate(self, seed: int) -> dict:
         g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(f"{self.function}/{self.name}".encode()))
-        return {k: v.make(g) for k, v in self.args.items() if isinstance(v, Gen)}
+        out = {}
+        for arg, value in self.args.items():
+            if isinstance(value, Gen):
+                out[arg] = value.make(g)
+            elif isinstance(value, dict):
+                out[arg] = {k: gen.make(g) for k, gen in value.items()}
+        return out
 
 
-def case(function, name, note="", *, check="output", tolerance=(0.0, 0.0), hidden=False, **args) -> Spec:
+def case(function, name, note="", *, check="output", tolerance=None, hidden=False, **args) -> Spec:
     return Spec(function, name, args, note, check, tolerance, hidden)
 
 
 def raises(function, name, note, **args) -> Spec:
     return Spec(function, name, args, note, check="raises")
+
+
+def rope_tolerance(tensors: dict) -> tuple[float, float]:
+    """Correct float32 RoPE drifts by about 3.5e-8 x position x |value| (4.6e-6 at
+    position 100, 1.4e-4 at 4096); allow 2e-7 x position x the largest |value|."""
+    x = tensors.get("in_query_or_key", tensors.get("in_features"))
+    positions = tensors.get("token_positions")
+    largest = positions.max().item() if positions is not None else x.shape[-2]
+    return max(1e-5, 2e-7 * largest * x.abs().max().item()), 1e-4
 
 
 def sinusoidal_tolerance(tensors: dict) -> tuple[float, float]:
@@ -86,7 +155,7 @@ def sinusoidal_tolerance(tensors: dict) -> tuple[float, float]:
     return max(1e-6, 4e-7 * largest), 0.0
 
 
-CATALOGUE: list[Spec] = [
+UNIT_2_1 = [
     # ---- run_embedding: bit-exact lookups of every rank, repeated and boundary ids
     case("run_embedding", "seed-exercise", "V=1000, D=32, ids shaped [2, 5]: the self-test exercise",
          vocab_size=1000, d_model=32, weights=normal(1000, 32), token_ids=ints(2, 5, high=1000)),
@@ -127,17 +196,17 @@ CATALOGUE: list[Spec] = [
 
     # ---- run_sinusoidal_positions: interleaved layout, 0-based, far positions
     case("run_sinusoidal_positions", "arange-1d", "positions 0..9, d_model=16",
-         tolerance=sinusoidal_tolerance, d_model=16, token_positions=given(list(range(10)))),
+         d_model=16, token_positions=given(list(range(10)))),
     case("run_sinusoidal_positions", "offset-2d", "positions offset by 100 in a [2, 5] batch",
-         tolerance=sinusoidal_tolerance, d_model=8, token_positions=given([[100, 101, 102, 103, 104], [200, 201, 202, 203, 204]])),
+         d_model=8, token_positions=given([[100, 101, 102, 103, 104], [200, 201, 202, 203, 204]])),
     case("run_sinusoidal_positions", "gaps-3d", "gapped positions shaped [2, 2, 3], d_model=6",
-         tolerance=sinusoidal_tolerance, d_model=6, token_positions=given([[[0, 5, 9], [1, 1, 2]], [[13, 3, 8], [40, 0, 7]]])),
+         d_model=6, token_positions=given([[[0, 5, 9], [1, 1, 2]], [[13, 3, 8], [40, 0, 7]]])),
     case("run_sinusoidal_positions", "random-4d", "random positions shaped [1, 2, 2, 4]",
-         tolerance=sinusoidal_tolerance, d_model=12, token_positions=ints(1, 2, 2, 4, high=64)),
+         d_model=12, token_positions=ints(1, 2, 2, 4, high=64)),
     case("run_sinusoidal_positions", "far-positions", "positions up to 20,000, beyond any training length",
-         tolerance=sinusoidal_tolerance, d_model=16, token_positions=given([0, 1000, 4095, 12345, 20000])),
+         d_model=16, token_positions=given([0, 1000, 4095, 12345, 20000])),
     case("run_sinusoidal_positions", "hidden-wide", "d_model=64", hidden=True,
-         tolerance=sinusoidal_tolerance, d_model=64, token_positions=ints(3, 6, high=100)),
+         d_model=64, token_positions=ints(3, 6, high=100)),
 
     # ---- run_embed_with_positions: both kinds, the repeated-token exercise
     case("run_embed_with_positions", "learned", "learned positions, batch 3 != seq 5",
@@ -162,3 +231,181 @@ CATALOGUE: list[Spec] = [
            vocab_size=5, context_length=4, d_model=4, token_weights=normal(5, 4),
            position_weights=normal(4, 4), token_ids=given([[0, 1, 2, 3, 4]])),
 ]
+
+UNIT_2_2 = [
+    # ---- run_linear: every rank, non-contiguous input
+    case("run_linear", "x-1d", "x shaped [8], no leading dims",
+         d_in=8, d_out=6, weights=weight(6, 8), in_features=normal(8)),
+    case("run_linear", "x-2d", "x shaped [5, 8]",
+         d_in=8, d_out=6, weights=weight(6, 8), in_features=normal(5, 8)),
+    case("run_linear", "x-3d", "x shaped [2, 3, 8], d_out > d_in",
+         d_in=8, d_out=12, weights=weight(12, 8), in_features=normal(2, 3, 8)),
+    case("run_linear", "x-4d", "x shaped [2, 2, 3, 8]",
+         d_in=8, d_out=6, weights=weight(6, 8), in_features=normal(2, 2, 3, 8)),
+    case("run_linear", "noncontiguous", "x is a transposed (non-contiguous) view",
+         d_in=8, d_out=4, weights=weight(4, 8), in_features=normal(4, 8, layout="transposed")),
+    case("run_linear", "hidden-wide", "", hidden=True,
+         d_in=16, d_out=12, weights=weight(12, 16), in_features=normal(3, 5, 16)),
+
+    # ---- run_softmax: dim honoured, large offsets finite
+    case("run_softmax", "last-dim", "[3, 7] along dim=-1", in_features=normal(3, 7), dim=-1),
+    case("run_softmax", "dim-0", "[5, 4] along dim=0 (not the last axis)", in_features=normal(5, 4), dim=0),
+    case("run_softmax", "middle-dim-3d", "[2, 6, 3] along dim=1", in_features=normal(2, 6, 3), dim=1),
+    case("run_softmax", "offset-100", "inputs offset by +100: exp overflows without subtracting the max",
+         in_features=normal(4, 6, scale=3.0, offset=100.0), dim=-1),
+    case("run_softmax", "4d", "[2, 2, 3, 5] along dim=-1", in_features=normal(2, 2, 3, 5), dim=-1),
+    case("run_softmax", "hidden-offset", "", hidden=True,
+         in_features=normal(3, 4, scale=5.0, offset=1000.0), dim=-2),
+
+    # ---- run_silu
+    case("run_silu", "3d", "[2, 3, 4]", in_features=normal(2, 3, 4, scale=3.0)),
+    case("run_silu", "1d", "[9]", in_features=normal(9, scale=3.0)),
+    case("run_silu", "hidden-4d", "", hidden=True, in_features=normal(2, 1, 2, 3, scale=3.0)),
+
+    # ---- run_scaled_dot_product_attention: d_v != d_k, queries != keys, masks
+    case("run_scaled_dot_product_attention", "square-no-mask", "Q, K, V [2, 4, 8], mask None",
+         Q=normal(2, 4, 8), K=normal(2, 4, 8), V=normal(2, 4, 8), mask=None),
+    case("run_scaled_dot_product_attention", "dv-ne-dk-nonsquare", "3 queries, 5 keys, d_k=8, d_v=6, random mask",
+         Q=normal(2, 3, 8), K=normal(2, 5, 8), V=normal(2, 5, 6), mask=mask(2, 3, 5)),
+    case("run_scaled_dot_product_attention", "4d-masked", "[2, 2, 4, 6] with a random mask",
+         Q=normal(2, 2, 4, 6), K=normal(2, 2, 4, 6), V=normal(2, 2, 4, 6), mask=mask(2, 2, 4, 4)),
+    case("run_scaled_dot_product_attention", "no-batch", "Q [3, 4], K [5, 4], V [5, 2], no leading dims",
+         Q=normal(3, 4), K=normal(5, 4), V=normal(5, 2), mask=mask(3, 5)),
+    case("run_scaled_dot_product_attention", "noncontiguous-k", "K is a transposed view; 6 queries, 4 keys",
+         Q=normal(6, 8), K=normal(4, 8, layout="transposed"), V=normal(4, 3), mask=None),
+    case("run_scaled_dot_product_attention", "hidden-mixed", "", hidden=True,
+         Q=normal(3, 6, 5), K=normal(3, 7, 5), V=normal(3, 7, 3), mask=mask(3, 6, 7)),
+
+    # ---- run_multihead_self_attention: heads > 1, batch != seq, any rank
+    case("run_multihead_self_attention", "heads-4", "d_model=16, 4 heads, batch 2 != seq 5",
+         d_model=16, num_heads=4, q_proj_weight=weight(16, 16), k_proj_weight=weight(16, 16),
+         v_proj_weight=weight(16, 16), o_proj_weight=weight(16, 16), in_features=normal(2, 5, 16)),
+    case("run_multihead_self_attention", "no-batch", "x [6, 16], 2 heads, no leading dims",
+         d_model=16, num_heads=2, q_proj_weight=weight(16, 16), k_proj_weight=weight(16, 16),
+         v_proj_weight=weight(16, 16), o_proj_weight=weight(16, 16), in_features=normal(6, 16)),
+    case("run_multihead_self_attention", "4d", "x [2, 1, 3, 8], 2 heads",
+         d_model=8, num_heads=2, q_proj_weight=weight(8, 8), k_proj_weight=weight(8, 8),
+         v_proj_weight=weight(8, 8), o_proj_weight=weight(8, 8), in_features=normal(2, 1, 3, 8)),
+    case("run_multihead_self_attention", "hidden-heads-3", "", hidden=True,
+         d_model=12, num_heads=3, q_proj_weight=weight(12, 12), k_proj_weight=weight(12, 12),
+         v_proj_weight=weight(12, 12), o_proj_weight=weight(12, 12), in_features=normal(3, 5, 12)),
+]
+
+UNIT_2_5 = [
+    # ---- run_rope: positions are data, not arange
+    case("run_rope", "arange", "positions 0..5, x [2, 6, 8]", tolerance=rope_tolerance,
+         d_k=8, theta=10000.0, max_seq_len=32, in_query_or_key=normal(2, 6, 8), token_positions=given(list(range(6)))),
+    case("run_rope", "offset-gaps-repeats", "positions offset (100+), gapped, repeated and non-monotonic",
+         tolerance=rope_tolerance, d_k=8, theta=10000.0, max_seq_len=256, in_query_or_key=normal(2, 5, 8),
+         token_positions=given([[100, 103, 103, 90, 250], [0, 7, 7, 3, 1]])),
+    case("run_rope", "heads-broadcast", "x [2, 3, 4, 8] (batch, heads, seq, d_k), positions [2, 1, 4]",
+         tolerance=rope_tolerance, d_k=8, theta=10000.0, max_seq_len=64, in_query_or_key=normal(2, 3, 4, 8),
+         token_positions=given([[[5, 6, 7, 8]], [[40, 2, 33, 9]]])),
+    case("run_rope", "theta-500-no-batch", "theta=500, d_k=16, x [3, 16]", tolerance=rope_tolerance,
+         d_k=16, theta=500.0, max_seq_len=16, in_query_or_key=normal(3, 16), token_positions=given([3, 9, 15])),
+    case("run_rope", "far-positions", "positions up to 4000", tolerance=rope_tolerance,
+         d_k=8, theta=10000.0, max_seq_len=4096, in_query_or_key=normal(1, 4, 8),
+         token_positions=given([0, 1000, 2048, 4000])),
+    case("run_rope", "hidden-offset", "", hidden=True, tolerance=rope_tolerance,
+         d_k=12, theta=10000.0, max_seq_len=128, in_query_or_key=normal(2, 4, 12),
+         token_positions=given([[64, 65, 66, 67], [3, 1, 4, 1]])),
+
+    # ---- run_multihead_self_attention_with_rope
+    case("run_multihead_self_attention_with_rope", "default-positions", "token_positions=None (0..seq-1), 4 heads",
+         tolerance=rope_tolerance, d_model=16, num_heads=4, max_seq_len=16, theta=10000.0,
+         q_proj_weight=weight(16, 16), k_proj_weight=weight(16, 16), v_proj_weight=weight(16, 16),
+         o_proj_weight=weight(16, 16), in_features=normal(2, 5, 16), token_positions=None),
+    case("run_multihead_self_attention_with_rope", "offset-positions", "positions 50..55 shared by the batch",
+         tolerance=rope_tolerance, d_model=16, num_heads=4, max_seq_len=64, theta=10000.0,
+         q_proj_weight=weight(16, 16), k_proj_weight=weight(16, 16), v_proj_weight=weight(16, 16),
+         o_proj_weight=weight(16, 16), in_features=normal(3, 6, 16), token_positions=given(list(range(50, 56)))),
+    case("run_multihead_self_attention_with_rope", "gapped-repeated", "per-row positions, gapped, repeated, unsorted",
+         tolerance=rope_tolerance, d_model=8, num_heads=2, max_seq_len=128, theta=10000.0,
+         q_proj_weight=weight(8, 8), k_proj_weight=weight(8, 8), v_proj_weight=weight(8, 8),
+         o_proj_weight=weight(8, 8), in_features=normal(2, 5, 8),
+         token_positions=given([[0, 2, 2, 9, 4], [100, 30, 31, 31, 7]])),
+    case("run_multihead_self_attention_with_rope", "hidden-offset", "", hidden=True,
+         tolerance=rope_tolerance, d_model=12, num_heads=3, max_seq_len=64, theta=1000.0,
+         q_proj_weight=weight(12, 12), k_proj_weight=weight(12, 12), v_proj_weight=weight(12, 12),
+         o_proj_weight=weight(12, 12), in_features=normal(2, 4, 12), token_positions=given([20, 21, 22, 23])),
+]
+
+MODEL = [
+    # ---- run_rmsnorm: gains, eps, dtypes
+    case("run_rmsnorm", "gains", "gains != 1, x [2, 3, 8]",
+         d_model=8, eps=1e-5, weights=gain(8), in_features=normal(2, 3, 8)),
+    case("run_rmsnorm", "1d", "x [8]", d_model=8, eps=1e-5, weights=gain(8), in_features=normal(8, scale=2.0)),
+    case("run_rmsnorm", "4d", "x [2, 2, 2, 8]",
+         d_model=8, eps=1e-5, weights=gain(8), in_features=normal(2, 2, 2, 8)),
+    case("run_rmsnorm", "tiny-inputs", "|x| about 1e-3 with eps=1e-4: eps dominates, so it must be the argument",
+         d_model=8, eps=1e-4, weights=gain(8), in_features=normal(3, 8, scale=1e-3)),
+    case("run_rmsnorm", "fp16-large", "float16 inputs of magnitude about 300: x**2 overflows fp16",
+         tolerance=(1e-3, 2e-3), d_model=8, eps=1e-5, weights=normal(8, scale=0.3, offset=1.0, dtype="float16"),
+         in_features=normal(2, 8, scale=300.0, dtype="float16")),
+    case("run_rmsnorm", "bf16", "bfloat16 inputs: the output stays bfloat16",
+         tolerance=(1e-2, 1.6e-2), d_model=8, eps=1e-5, weights=normal(8, scale=0.3, offset=1.0, dtype="bfloat16"),
+         in_features=normal(3, 8, dtype="bfloat16")),
+    case("run_rmsnorm", "hidden-wide", "", hidden=True,
+         d_model=16, eps=1e-6, weights=gain(16), in_features=normal(2, 4, 16, scale=0.5)),
+
+    # ---- run_swiglu: d_ff is given, not derived
+    case("run_swiglu", "3d", "d_model=8, d_ff=12, x [2, 3, 8]",
+         d_model=8, d_ff=12, w1_weight=weight(12, 8), w2_weight=weight(8, 12), w3_weight=weight(12, 8),
+         in_features=normal(2, 3, 8)),
+    case("run_swiglu", "1d", "x [8], d_ff=20", d_model=8, d_ff=20, w1_weight=weight(20, 8),
+         w2_weight=weight(8, 20), w3_weight=weight(20, 8), in_features=normal(8)),
+    case("run_swiglu", "noncontiguous", "x is a transposed view [6, 8]",
+         d_model=8, d_ff=12, w1_weight=weight(12, 8), w2_weight=weight(8, 12), w3_weight=weight(12, 8),
+         in_features=normal(6, 8, layout="transposed")),
+    case("run_swiglu", "hidden-4d", "", hidden=True,
+         d_model=8, d_ff=16, w1_weight=weight(16, 8), w2_weight=weight(8, 16), w3_weight=weight(16, 8),
+         in_features=normal(2, 2, 2, 8)),
+
+    # ---- run_transformer_block
+    case("run_transformer_block", "block", "d_model=16, 4 heads, d_ff=24, batch 2 != seq 6",
+         d_model=16, num_heads=4, d_ff=24, max_seq_len=16, theta=10000.0,
+         weights=block_weights(16, 24), in_features=normal(2, 6, 16)),
+    case("run_transformer_block", "one-sequence", "batch 1, seq 9, 2 heads",
+         d_model=8, num_heads=2, d_ff=20, max_seq_len=12, theta=10000.0,
+         weights=block_weights(8, 20), in_features=normal(1, 9, 8)),
+    case("run_transformer_block", "hidden-block", "", hidden=True,
+         d_model=12, num_heads=3, d_ff=16, max_seq_len=8, theta=1000.0,
+         weights=block_weights(12, 16), in_features=normal(3, 4, 12)),
+
+    # ---- run_transformer_lm: random non-unit weights; full and truncated inputs
+    case("run_transformer_lm", "full-context", "V=40, T=12, 2 layers, 4 heads; ids [2, 12] fill the context",
+         tolerance=(1e-4, 1e-4), vocab_size=40, context_length=12, d_model=16, num_layers=2, num_heads=4,
+         d_ff=24, rope_theta=10000.0, weights=lm_weights(40, 16, 2, 24), in_indices=ints(2, 12, high=40)),
+    case("run_transformer_lm", "truncated", "ids [3, 5]: fewer tokens than context_length=12",
+         tolerance=(1e-4, 1e-4), vocab_size=40, context_length=12, d_model=16, num_layers=2, num_heads=4,
+         d_ff=24, rope_theta=10000.0, weights=lm_weights(40, 16, 2, 24), in_indices=ints(3, 5, high=40)),
+    case("run_transformer_lm", "hidden-lm", "", hidden=True, tolerance=(1e-4, 1e-4),
+         vocab_size=30, context_length=8, d_model=12, num_layers=1, num_heads=3, d_ff=20, rope_theta=500.0,
+         weights=lm_weights(30, 12, 1, 20), in_indices=ints(2, 7, high=30)),
+]
+
+ACCOUNTING = [
+    case("run_transformer_accounting", "gpt2-xl", "GPT-2 XL shape (V=50257, T=1024, L=48, d=1600, H=25, d_ff=6400)",
+         vocab_size=50257, context_length=1024, d_model=1600, num_layers=48, num_heads=25, d_ff=6400),
+    case("run_transformer_accounting", "gpt2-small", "GPT-2 small shape (L=12, d=768, H=12, d_ff=3072)",
+         vocab_size=50257, context_length=1024, d_model=768, num_layers=12, num_heads=12, d_ff=3072),
+    case("run_transformer_accounting", "tinystories", "TinyStories (V=10000, T=256, L=4, d=512, H=16, d_ff=1344)",
+         vocab_size=10000, context_length=256, d_model=512, num_layers=4, num_heads=16, d_ff=1344),
+    case("run_transformer_accounting", "fixture-lm", "the config of the run_transformer_lm fixtures",
+         vocab_size=40, context_length=12, d_model=16, num_layers=2, num_heads=4, d_ff=24),
+    case("run_transformer_accounting", "hidden-config", "", hidden=True,
+         vocab_size=32000, context_length=2048, d_model=1024, num_layers=16, num_heads=16, d_ff=2816),
+]
+
+TOLERANCE = {
+    "run_embedding": (0.0, 0.0),               # a lookup copies rows: bit-exact
+    "run_learned_positions": (0.0, 0.0),
+    "run_embed_with_positions": (0.0, 0.0),    # one addition of stored values: exact
+    "run_sinusoidal_positions": sinusoidal_tolerance,
+    "run_softmax": (1e-6, 1e-4),
+    "run_silu": (1e-6, 1e-5),
+    "run_transformer_accounting": (0.0, 0.0),  # integers
+}
+
+CATALOGUE: list[Spec] = UNIT_2_1 + UNIT_2_2 + UNIT_2_5 + MODEL + ACCOUNTING
+

@@ -6,7 +6,7 @@ held to exactly what students are held to.
 
 import torch
 
-from harness.compare import Mismatch, assert_close, describe
+from harness.compare import Mismatch, assert_close, assert_same_counts, describe
 from harness.store import Case, Term
 
 
@@ -14,7 +14,8 @@ def header(case: Case, kwargs: dict) -> str:
     if case.hidden:
         return f"{case.function}, a hidden case"
     shapes = ", ".join(f"{k}={describe(v)}" for k, v in kwargs.items() if isinstance(v, torch.Tensor))
-    scalars = ", ".join(f"{k}={v}" for k, v in kwargs.items() if not isinstance(v, torch.Tensor))
+    shapes += "".join(f", {k}={{{len(v)} tensors}}" for k, v in kwargs.items() if isinstance(v, dict))
+    scalars = ", ".join(f"{k}={v}" for k, v in kwargs.items() if not isinstance(v, (torch.Tensor, dict)))
     return (f"{case.function}, case {case.name!r}: {case.note}\n"
             f"  inputs: {shapes}" + (f"; {scalars}" if scalars else ""))
 
@@ -22,9 +23,13 @@ def header(case: Case, kwargs: dict) -> str:
 def check_output(adapters, term: Term, case: Case) -> None:
     kwargs = term.inputs(case)
     out = getattr(adapters, case.function)(**kwargs)
-    expected = term.tensors(case)["out"]
-    assert_close(out, expected, what="output", atol=case.atol, rtol=case.rtol,
-                 header=header(case, kwargs), hidden=case.hidden)
+    expected = term.expected(case)
+    where = header(case, kwargs)
+    if isinstance(expected, dict):
+        assert_same_counts(out, expected, header=where, hidden=case.hidden)
+    else:
+        assert_close(out, expected, what="output", atol=case.atol, rtol=case.rtol,
+                     header=where, hidden=case.hidden)
     _check_not_mutated(term, case, kwargs)
 
 
@@ -37,13 +42,12 @@ def check_gradient(adapters, term: Term, case: Case) -> None:
         names = ", ".join(f"`{n}`" for n in case.grads)
         raise Mismatch(f"{where}\nno gradient reaches {names}: the output does not require grad. "
                        "Is the computation detached (.detach(), .data) or run under torch.no_grad()?")
-    wrt = [kwargs[name] for name in case.grads]
-    grads = torch.autograd.grad(out, wrt, stored["cot"], allow_unused=True)
-    for name, grad in zip(case.grads, grads):
+    grads = torch.autograd.grad(out, [_leaf(kwargs, p) for p in case.grads], stored["cot"], allow_unused=True)
+    for path, grad in zip(case.grads, grads):
         if grad is None:
-            raise Mismatch(f"{where}\nno gradient reaches `{name}`: it is detached somewhere "
+            raise Mismatch(f"{where}\nno gradient reaches `{path}`: it is detached somewhere "
                            f"(.detach(), .data, a copy into a new tensor, or torch.no_grad()).")
-        assert_close(grad, stored[f"grad/{name}"], what=f"gradient with respect to `{name}`",
+        assert_close(grad, stored[f"grad/{path}"], what=f"gradient with respect to `{path}`",
                      atol=case.grad_atol, rtol=case.grad_rtol, header=where, hidden=case.hidden)
 
 
@@ -60,13 +64,20 @@ def check_raises(adapters, term: Term, case: Case) -> None:
                    f"(IndexError or ValueError) with a message that names the bad value.")
 
 
+def _leaf(kwargs: dict, path: str) -> torch.Tensor:
+    arg, _, key = path.partition("/")
+    return kwargs[arg][key] if key else kwargs[arg]
+
+
 def _check_not_mutated(term: Term, case: Case, kwargs: dict) -> None:
-    original = term.tensors(case)
-    for arg in case.inputs:
-        before = original[f"in/{arg}"]
-        after = kwargs[arg].transpose(-1, -2) if case.views.get(arg) == "transposed" else kwargs[arg]
+    for role, before in term.tensors(case).items():
+        if not role.startswith("in/"):
+            continue
+        path = role[3:]
+        after = _leaf(kwargs, path)
+        after = after.transpose(-1, -2) if case.views.get(path) else after
         if not torch.equal(before, after.detach()):
-            raise Mismatch(f"{header(case, kwargs)}\n{case.function} modified its input `{arg}` in place. "
+            raise Mismatch(f"{header(case, kwargs)}\n{case.function} modified its input `{path}` in place. "
                            "Callers reuse their tensors: never write into an argument.")
 
 

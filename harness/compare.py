@@ -81,3 +81,22 @@ def _value_problem(actual: torch.Tensor, expected: torch.Tensor, atol: float, rt
 
 def _index(idx: torch.Tensor) -> str:
     return "[" + ", ".join(str(i) for i in idx.tolist()) + "]"
+
+
+def assert_same_counts(actual, expected: dict, *, header: str, hidden: bool = False) -> None:
+    """Integer results (parameter and FLOP counts): the same keys and exactly the same values."""
+    if not isinstance(actual, dict):
+        raise Mismatch(f"{header}\nexpected a dict of counts, got {type(actual).__name__}")
+    missing, extra = sorted(set(expected) - set(actual)), sorted(set(actual) - set(expected))
+    if missing or extra:
+        raise Mismatch(f"{header}\nkeys differ: missing {missing}, unexpected {extra}")
+    wrong = [k for k in expected if actual[k] != expected[k]]
+    if not wrong:
+        return
+    if hidden:
+        raise Mismatch(f"{header}\n{', '.join(wrong)} wrong on a hidden configuration.")
+    lines = [f"{len(wrong)} of {len(expected)} counts differ (key: expected, yours, yours/expected):"]
+    for k in wrong:
+        ratio = actual[k] / expected[k] if expected[k] and isinstance(actual[k], (int, float)) else float("nan")
+        lines.append(f"    {k}: {expected[k]:,}, {actual[k]:,}, {ratio:.4g}")
+    raise Mismatch(f"{header}\n" + "\n".join(lines))

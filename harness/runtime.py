@@ -71,9 +71,10 @@ class Adapters:
 
 def checked(adapter: Adapter, impl):
     """Wrap `impl` in a function with the contract's parameter names and annotations."""
-    params = list(adapter.signature.parameters)
-    namespace = {"impl": impl}
-    exec(f"def {adapter.name}({', '.join(params)}):\n    return impl({', '.join(params)})", namespace)
+    params = adapter.signature.parameters
+    namespace = {"impl": impl, **{f"_default_{n}": p.default for n, p in params.items()}}
+    declared = ", ".join(n if p.default is p.empty else f"{n}=_default_{n}" for n, p in params.items())
+    exec(f"def {adapter.name}({declared}):\n    return impl({', '.join(params)})", namespace)
     wrapper = namespace[adapter.name]
     wrapper.__annotations__ = dict(adapter.spec.__annotations__)
     wrapper.__doc__ = adapter.spec.__doc__

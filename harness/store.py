@@ -32,10 +32,10 @@ class Case:
     check: str = "output"   # "output": compare with the stored result; "raises": must raise
     atol: float = 0.0       # atol = rtol = 0 means bit-exact (torch.equal)
     rtol: float = 0.0
-    grads: list[str] = field(default_factory=list)  # arguments with a stored gradient
+    grads: list[str] = field(default_factory=list)  # input paths ("weights/ln1.weight") with a stored gradient
     grad_atol: float = 1e-6
     grad_rtol: float = 1e-5
-    views: dict = field(default_factory=dict)       # argument -> "transposed" (non-contiguous)
+    views: dict = field(default_factory=dict)       # input path -> "transposed" (a non-contiguous view)
     hidden: bool = False
     note: str = ""          # what this case is about, shown in failure reports
     file: str = ""
@@ -43,9 +43,6 @@ class Case:
     @property
     def id(self) -> str:
         return f"{self.function}/{self.name}"
-
-    def key(self, role: str, arg: str = "") -> str:
-        return f"{self.name}/{role}/{arg}" if arg else f"{self.name}/{role}"
 
 
 def terms_root(project: Path) -> Path:
@@ -79,6 +76,7 @@ class Term:
         return self.manifest.get("hidden_counts", {})
 
     def tensors(self, case: Case) -> dict[str, torch.Tensor]:
+        """Every stored tensor of a case, keyed by role path ("in/weights", "grad/weights/ln1.weight")."""
         if case.file not in self._files:
             self._files[case.file] = load_file(self.dir / case.file)
         data = self._files[case.file]
@@ -86,13 +84,44 @@ class Term:
         return {k[len(prefix):]: v for k, v in data.items() if k.startswith(prefix)}
 
     def inputs(self, case: Case, requires_grad: bool = False) -> dict:
-        """Keyword arguments for the adapter, fresh copies so a mutating adapter harms nothing."""
+        """Keyword arguments for the adapter, fresh copies so a mutating adapter harms nothing.
+
+        With requires_grad, every path in case.grads is a leaf that requires grad."""
         stored = self.tensors(case)
         kwargs = dict(case.args)
         for arg in case.inputs:
-            t = stored[f"in/{arg}"].clone().requires_grad_(requires_grad and arg in case.grads)
-            kwargs[arg] = t.transpose(-1, -2) if case.views.get(arg) == "transposed" else t
+            if f"in/{arg}" in stored:
+                kwargs[arg] = self._leaf(case, arg, stored[f"in/{arg}"], requires_grad)
+            else:
+                kwargs[arg] = {key: self._leaf(case, f"{arg}/{key}", t, requires_grad)
+                               for key, t in unflatten(stored, f"in/{arg}").items()}
         return kwargs
+
+    @staticmethod
+    def _leaf(case: Case, path: str, stored: torch.Tensor, requires_grad: bool) -> torch.Tensor:
+        t = stored.clone().requires_grad_(requires_grad and path in case.grads)
+        return t.transpose(-1, -2) if case.views.get(path) == "transposed" else t
+
+    def expected(self, case: Case):
+        """The stored result: a tensor, or a dict for functions that return one."""
+        stored = self.tensors(case)
+        if "out" in stored:
+            return stored["out"]
+        return {k: v.item() for k, v in unflatten(stored, "out").items()}
+
+
+def unflatten(stored: dict, prefix: str) -> dict:
+    """{"in/weights/ln1.weight": t, ...} -> {"ln1.weight": t, ...} for prefix "in/weights"."""
+    start = prefix + "/"
+    return {k[len(start):]: v for k, v in stored.items() if k.startswith(start)}
+
+
+def flatten(prefix: str, value) -> dict:
+    """The inverse of unflatten: a tensor or a dict of tensors or ints under one prefix."""
+    if isinstance(value, dict):
+        return {f"{prefix}/{k}": v if isinstance(v, torch.Tensor) else torch.tensor(v)
+                for k, v in value.items()}
+    return {prefix: value}
 
 
 def _read_manifest(folder: Path) -> dict:

@@ -1,0 +1,77 @@
+"""Model assembly reference: RMSNorm, SwiGLU, the pre-norm block and the LM."""
+
+import math
+
+import torch
+from torch import nn
+
+from reference.attention import Linear, MultiHeadSelfAttention, silu
+from reference.embeddings import Embedding
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d_model: int, eps: float = 1e-5, device=None, dtype=None):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model, device=device, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # At least float32: fp16 squares overflow beyond about 256.
+        wide = x.to(torch.promote_types(x.dtype, torch.float32))
+        rms = torch.sqrt(wide.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return (wide / rms * self.weight).to(x.dtype)
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d_model: int, d_ff: int, device=None, dtype=None):
+        super().__init__()
+        self.w1 = Linear(d_model, d_ff, device=device, dtype=dtype)
+        self.w2 = Linear(d_ff, d_model, device=device, dtype=dtype)
+        self.w3 = Linear(d_model, d_ff, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(silu(self.w1(x)) * self.w3(x))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, max_seq_len: int, theta: float,
+                 device=None, dtype=None):
+        super().__init__()
+        self.ln1 = RMSNorm(d_model, device=device, dtype=dtype)
+        self.attn = MultiHeadSelfAttention(d_model, num_heads, max_seq_len, theta, device=device, dtype=dtype)
+        self.ln2 = RMSNorm(d_model, device=device, dtype=dtype)
+        self.ffn = SwiGLU(d_model, d_ff, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = x + self.attn(self.ln1(x))
+        return z + self.ffn(self.ln2(z))
+
+
+class TransformerLM(nn.Module):
+    def __init__(self, vocab_size: int, context_length: int, d_model: int, num_layers: int,
+                 num_heads: int, d_ff: int, rope_theta: float, init_scheme: str = "cs336",
+                 device=None, dtype=None):
+        super().__init__()
+        self.token_embeddings = Embedding(vocab_size, d_model, device=device, dtype=dtype)
+        self.layers = nn.ModuleList(
+            TransformerBlock(d_model, num_heads, d_ff, context_length, rope_theta, device=device, dtype=dtype)
+            for _ in range(num_layers))
+        self.ln_final = RMSNorm(d_model, device=device, dtype=dtype)
+        self.lm_head = Linear(d_model, vocab_size, device=device, dtype=dtype)
+        if init_scheme == "gpt2":
+            self._init_gpt2(num_layers)
+        elif init_scheme != "cs336":
+            raise ValueError(f"init_scheme must be 'cs336' or 'gpt2', got {init_scheme!r}")
+
+    @torch.no_grad()
+    def _init_gpt2(self, num_layers: int) -> None:
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                residual = name.endswith(("attn.output_proj.weight", "ffn.w2.weight"))
+                p.normal_(0.0, 0.02 / math.sqrt(2 * num_layers) if residual else 0.02)
+
+    def forward(self, in_indices: torch.Tensor) -> torch.Tensor:
+        x = self.token_embeddings(in_indices)
+        for layer in self.layers:
+            x = layer(x)
+        return self.lm_head(self.ln_final(x))

@@ -1,0 +1,92 @@
+"""Units 2.2 and 2.5 properties that any correct implementation has, whatever its inputs."""
+
+import pytest
+import torch
+
+adapter = pytest.mark.adapter
+
+
+def randn(*shape, seed=0):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+# ---------------------------------------------------------------- softmax
+
+@adapter("run_softmax")
+@pytest.mark.parametrize("dim", [-1, 0, 1])
+def test_softmax_slices_sum_to_one(adapters, dim):
+    out = adapters.run_softmax(randn(4, 5, 6), dim)
+    sums = out.sum(dim=dim)
+    assert torch.allclose(sums, torch.ones_like(sums), atol=1e-5), (
+        f"slices along dim={dim} sum to {sums.min():.4g}..{sums.max():.4g}, not 1: is `dim` honoured?")
+
+
+@adapter("run_softmax")
+def test_softmax_is_shift_invariant(adapters):
+    x = randn(3, 7)
+    shifted = adapters.run_softmax(x + 5.0, -1)
+    assert torch.allclose(adapters.run_softmax(x, -1), shifted, atol=1e-6), \
+        "softmax(x + c) must equal softmax(x): the constant cancels"
+
+
+@adapter("run_softmax")
+def test_softmax_is_finite_at_plus_1000(adapters):
+    out = adapters.run_softmax(randn(3, 7) + 1000.0, -1)
+    assert torch.isfinite(out).all(), (
+        "softmax of inputs near +1000 gave NaN/inf: subtract the max along `dim` before exp "
+        "(exp(89) already overflows float32)")
+
+
+# ---------------------------------------------------------------- causality
+
+def _mha(adapters, x, rope: bool):
+    d = x.shape[-1]
+    w = [randn(d, d, seed=s) / d ** 0.5 for s in range(4)]
+    if rope:
+        return adapters.run_multihead_self_attention_with_rope(d, 2, 32, 10000.0, *w, x, None)
+    return adapters.run_multihead_self_attention(d, 2, *w, x)
+
+
+@pytest.mark.parametrize("name, rope", [
+    pytest.param("run_multihead_self_attention", False, marks=adapter("run_multihead_self_attention")),
+    pytest.param("run_multihead_self_attention_with_rope", True,
+                 marks=adapter("run_multihead_self_attention_with_rope")),
+])
+def test_attention_is_causal(adapters, name, rope):
+    """The output at position t does not change when inputs after t change."""
+    x = randn(2, 6, 8)
+    later_changed = x.clone()
+    later_changed[:, 3:] = randn(2, 3, 8, seed=9)
+    a, b = _mha(adapters, x, rope), _mha(adapters, later_changed, rope)
+    leaked = (a[:, :3] - b[:, :3]).abs().max().item()
+    assert leaked < 1e-6, (f"changing tokens 3..5 changed the output at positions 0..2 by {leaked:.3g}: "
+                           "query i may only see keys 0..i (mask with tril, True = may attend)")
+    assert torch.isfinite(a).all(), "NaN in the output: is the diagonal masked too (triu without diagonal=1)?"
+
+
+# ---------------------------------------------------------------- RoPE
+
+@adapter("run_rope")
+def test_rope_preserves_norms(adapters):
+    x = randn(3, 5, 8)
+    positions = torch.tensor([0, 7, 7, 30, 2])
+    out = adapters.run_rope(8, 10000.0, 64, x, positions)
+    assert torch.allclose(out.norm(dim=-1), x.norm(dim=-1), rtol=1e-5), \
+        "RoPE is a rotation: every vector must keep its norm"
+
+
+@adapter("run_rope")
+def test_rope_scores_depend_only_on_the_offset(adapters):
+    """<rope(q, m), rope(k, n)> is the same for every (m, n) with the same m - n."""
+    q, k = randn(1, 8, seed=1), randn(1, 8, seed=2)
+
+    def score(m, n):
+        rq = adapters.run_rope(8, 10000.0, 512, q, torch.tensor([m]))
+        rk = adapters.run_rope(8, 10000.0, 512, k, torch.tensor([n]))
+        return (rq * rk).sum().item()
+
+    scores = [score(m, m - 3) for m in (3, 10, 100, 400)]
+    assert max(scores) - min(scores) < 1e-4, (
+        f"q.k at offset 3 varies with the absolute position: {[round(s, 5) for s in scores]}. "
+        "Rotate each (x_2k, x_2k+1) pair by pos * theta^(-2k/d_k), the same angle for q and k.")
+    assert abs(score(5, 5) - (q * k).sum().item()) < 1e-4, "at equal positions the score must be unchanged"

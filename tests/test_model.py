@@ -1,0 +1,119 @@
+"""get_transformer_lm: structure, parameter count, determinism and initialisation."""
+
+import math
+
+import pytest
+import torch
+
+from harness.contract import lm_weight_shapes
+
+adapter = pytest.mark.adapter
+
+# Large enough that init statistics are sharp (4,096+ values per matrix), small enough to be quick.
+CONFIG = dict(vocab_size=512, context_length=16, d_model=64, num_layers=2, num_heads=4, d_ff=128)
+RESIDUAL = ("attn.output_proj.weight", "ffn.w2.weight")
+
+
+def build(adapters, init_scheme="cs336", seed=0):
+    torch.manual_seed(seed)
+    return adapters.get_transformer_lm(**CONFIG, rope_theta=10000.0, init_scheme=init_scheme)
+
+
+def formula_params(vocab_size, d_model, num_layers, d_ff, **_):
+    """CONVENTIONS.md: 2*V*d + L*(4*d^2 + 3*d*d_ff + 2*d) + d."""
+    V, d, L = vocab_size, d_model, num_layers
+    return 2 * V * d + L * (4 * d * d + 3 * d * d_ff + 2 * d) + d
+
+
+@adapter("get_transformer_lm")
+def test_state_dict_keys_are_the_contract(adapters):
+    keys = set(build(adapters).state_dict())
+    expected = set(lm_weight_shapes(CONFIG["vocab_size"], CONFIG["d_model"], CONFIG["num_layers"], CONFIG["d_ff"]))
+    assert keys == expected, (f"state_dict keys differ from the contract: missing {sorted(expected - keys)[:5]}, "
+                              f"extra {sorted(keys - expected)[:5]}. RoPE tables are non-persistent buffers, "
+                              "and RoPE has no parameters.")
+
+
+@adapter("get_transformer_lm")
+def test_parameter_count_matches_accounting(adapters):
+    model = build(adapters)
+    count = sum(p.numel() for p in model.parameters())
+    expected = formula_params(**CONFIG)
+    assert count == expected, (f"the model has {count:,} parameters; 2Vd + L(4d^2 + 3d*d_ff + 2d) + d = "
+                               f"{expected:,} (difference {count - expected:+,}). RoPE contributes 0.")
+    yours = adapters.run_transformer_accounting(**CONFIG)["params.total"]
+    assert yours == count, f"your accounting says params.total={yours:,} but your model has {count:,}"
+
+
+@adapter("get_transformer_lm")
+def test_forward_matches_run_transformer_lm_fixture(adapters, term):
+    case = next(c for c in term.cases if c.function == "run_transformer_lm" and not c.hidden)
+    kwargs = term.inputs(case)
+    model = adapters.get_transformer_lm(**{k: v for k, v in case.args.items()})
+    model.load_state_dict(kwargs["weights"])
+    model.eval()
+    with torch.no_grad():
+        logits = model(kwargs["in_indices"])
+    expected = term.tensors(case)["out"]
+    assert logits.shape == expected.shape, f"forward returned {list(logits.shape)}, expected {list(expected.shape)}"
+    assert torch.allclose(logits, expected, atol=case.atol, rtol=case.rtol), (
+        "forward(in_indices) with the fixture weights loaded differs from run_transformer_lm's expected logits")
+
+
+@adapter("get_transformer_lm")
+def test_eval_forward_is_deterministic(adapters):
+    model = build(adapters).eval()
+    ids = torch.randint(0, CONFIG["vocab_size"], (2, 8), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        first, second = model(ids), model(ids)
+    assert torch.equal(first, second), "two eval-mode forwards differ: is dropout or other randomness active?"
+
+
+@adapter("get_transformer_lm")
+def test_logits_are_causal(adapters):
+    model = build(adapters).eval()
+    ids = torch.randint(0, CONFIG["vocab_size"], (1, 8), generator=torch.Generator().manual_seed(2))
+    changed = ids.clone()
+    changed[0, 5:] = (changed[0, 5:] + 1) % CONFIG["vocab_size"]
+    with torch.no_grad():
+        a, b = model(ids), model(changed)
+    assert torch.allclose(a[:, :5], b[:, :5], atol=1e-5), "logits at t changed when tokens after t changed"
+
+
+def _expected_std(name, shape, scheme):
+    L = CONFIG["num_layers"]
+    if name.endswith("token_embeddings.weight"):
+        return 1.0 if scheme == "cs336" else 0.02
+    if scheme == "gpt2":
+        return 0.02 / math.sqrt(2 * L) if name.endswith(RESIDUAL) else 0.02
+    d_out, d_in = shape
+    return math.sqrt(2.0 / (d_in + d_out))
+
+
+# A normal truncated at +-3 sigma has std 0.9866 sigma.
+TRUNCATED_STD = 0.9866
+
+
+@adapter("get_transformer_lm")
+@pytest.mark.parametrize("scheme", ["cs336", "gpt2"])
+def test_initialisation_statistics(adapters, scheme):
+    model = build(adapters, scheme)
+    problems = []
+    for name, p in model.named_parameters():
+        w = p.detach().double()
+        if w.dim() == 1:
+            if not torch.equal(w, torch.ones_like(w)):
+                problems.append(f"{name}: RMSNorm gains must start at 1")
+            continue
+        sigma = _expected_std(name, tuple(w.shape), scheme)
+        target = sigma * (TRUNCATED_STD if scheme == "cs336" else 1.0)
+        # The sample std of n values has standard error about sigma / sqrt(2n); allow 5 of them.
+        slack = 5 * sigma / math.sqrt(2 * w.numel())
+        if abs(w.std().item() - target) > slack:
+            problems.append(f"{name}: std {w.std().item():.4g}, expected {target:.4g} +- {slack:.2g}")
+        if scheme == "cs336" and w.abs().max().item() > 3 * sigma * (1 + 1e-6):
+            problems.append(f"{name}: max |w| = {w.abs().max().item():.4g} > 3 sigma = {3 * sigma:.4g}; "
+                            "pass a=-3*std, b=3*std to trunc_normal_ (its defaults are absolute +-2)")
+    hint = {"cs336": "Linear ~ N(0, 2/(d_in+d_out)) truncated at +-3 sigma, embeddings ~ N(0, 1) truncated at +-3",
+            "gpt2": "N(0, 0.02), and attn.output_proj / ffn.w2 ~ N(0, 0.02/sqrt(2*num_layers))"}[scheme]
+    assert not problems, f"init_scheme={scheme!r} ({hint}):\n  " + "\n  ".join(problems[:6])
