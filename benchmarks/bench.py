@@ -3,8 +3,8 @@
     python benchmarks/bench.py [--runs 5] [--term 2026-fall]
 
 Prints medians over several runs. Targets (checked here, never by a timed test):
-the full student suite against the reference under 2.5x a bare `import torch`,
-and one term's fixtures under 1 MiB.
+the full student suite against the reference under 3x a bare `import torch` on the
+2-core machine (2.5x while it held Unit 2.1 alone), and one term's fixtures under 2 MiB.
 """
 
 import argparse
@@ -56,11 +56,11 @@ def main() -> None:
     print(f"median of {args.runs} runs")
     print(f"  python -c 'import torch'            {torch_import:6.2f} s")
     print(f"  student suite vs reference         {suite:6.2f} s  = {suite / torch_import:.2f}x torch import "
-          f"(target < 2.5x)")
+          f"(target < 3x)")
     print(f"  same, with hidden cases            {suite_hidden:6.2f} s  = {suite_hidden / torch_import:.2f}x")
     print(f"  term build (in process, median 3)  {statistics.median(builds):6.2f} s")
     print(f"fixtures/{args.term}: public {public / 1024:.0f} KiB + hidden {hidden / 1024:.0f} KiB "
-          f"= {(public + hidden) / 1024:.0f} KiB (target < 1024 KiB)")
+          f"= {(public + hidden) / 1024:.0f} KiB (target < 2048 KiB)")
 
 
 if __name__ == "__main__":

@@ -13,11 +13,10 @@ from harness.store import Case, Term
 def header(case: Case, kwargs: dict) -> str:
     if case.hidden:
         return f"{case.function}, a hidden case"
-    shapes = ", ".join(f"{k}={describe(v)}" for k, v in kwargs.items() if isinstance(v, torch.Tensor))
-    shapes += "".join(f", {k}={{{len(v)} tensors}}" for k, v in kwargs.items() if isinstance(v, dict))
-    scalars = ", ".join(f"{k}={v}" for k, v in kwargs.items() if not isinstance(v, (torch.Tensor, dict)))
-    return (f"{case.function}, case {case.name!r}: {case.note}\n"
-            f"  inputs: {shapes}" + (f"; {scalars}" if scalars else ""))
+    parts = [f"{k}={describe(v)}" for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+    parts += [f"{k}={{{len(v)} tensors}}" for k, v in kwargs.items() if isinstance(v, dict)]
+    parts += [f"{k}={v}" for k, v in kwargs.items() if not isinstance(v, (torch.Tensor, dict))]
+    return f"{case.function}, case {case.name!r}: {case.note}\n  inputs: {', '.join(parts)}"
 
 
 def check_output(adapters, term: Term, case: Case) -> None:

@@ -19,7 +19,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="harness", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    term = sub.add_parser("term", help="build, verify and list fixture terms").add_subparsers(dest="action", required=True)
+    terms = sub.add_parser("term", help="build, verify and list fixture terms")
+    term = terms.add_subparsers(dest="action", required=True)
     new = term.add_parser("new", help="build fixtures/NAME from the reference and the case catalogue")
     new.add_argument("name")
     new.add_argument("--seed", type=int, required=True)
@@ -53,7 +54,8 @@ def term_verify(root: Path, args) -> int:
     failures = verify_term(root, args.name)
     for failure in failures:
         print(failure, file=sys.stderr)
-    print(f"term {args.name}: hashes ok, reference {'FAILS ' + str(len(failures)) + ' checks' if failures else 'passes every case'}")
+    verdict = f"FAILS {len(failures)} checks" if failures else "passes every case"
+    print(f"term {args.name}: hashes ok, reference {verdict}")
     return 1 if failures else 0
 
 

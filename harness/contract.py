@@ -247,7 +247,9 @@ def get_sinusoidal_positions(max_len: int, d_model: int) -> torch.nn.Module:
 
 # ---------------------------------------------------------------- Unit 2.2
 
-@adapter("2.2", "attention", "return with_weights(impl.attention.Linear(d_in, d_out), {'weight': weights}, in_features)")
+@adapter("2.2", "attention", """
+    return with_weights(impl.attention.Linear(d_in, d_out), {'weight': weights}, in_features)
+""")
 def run_linear(
     d_in: int,
     d_out: int,
@@ -423,7 +425,9 @@ def run_multihead_self_attention_with_rope(
 
 # ---------------------------------------------------------------- model assembly
 
-@adapter("model", "model", "return with_weights(impl.model.RMSNorm(d_model, eps=eps), {'weight': weights}, in_features)")
+@adapter("model", "model", """
+    return with_weights(impl.model.RMSNorm(d_model, eps=eps), {'weight': weights}, in_features)
+""")
 def run_rmsnorm(
     d_model: int,
     eps: float,

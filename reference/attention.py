@@ -6,7 +6,7 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from reference.rope import RotaryPositionalEmbedding
+from reference import rope
 
 
 class Linear(nn.Module):
@@ -48,7 +48,7 @@ class MultiHeadSelfAttention(nn.Module):
             Linear(d_model, d_model, device=device, dtype=dtype) for _ in range(4))
         self.rope = None
         if theta is not None:
-            self.rope = RotaryPositionalEmbedding(theta, d_model // num_heads, max_seq_len, device=device)
+            self.rope = rope.RotaryPositionalEmbedding(theta, d_model // num_heads, max_seq_len, device=device)
 
     def forward(self, x: torch.Tensor, token_positions: torch.Tensor | None = None) -> torch.Tensor:
         seq = x.shape[-2]

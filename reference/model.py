@@ -5,8 +5,9 @@ import math
 import torch
 from torch import nn
 
-from reference.attention import Linear, MultiHeadSelfAttention, silu
-from reference.embeddings import Embedding
+# Modules are referenced through their module, so a selftest variant that swaps one
+# piece (reference/variants.py) reaches every model built from it.
+from reference import attention, embeddings
 
 
 class RMSNorm(nn.Module):
@@ -25,12 +26,12 @@ class RMSNorm(nn.Module):
 class SwiGLU(nn.Module):
     def __init__(self, d_model: int, d_ff: int, device=None, dtype=None):
         super().__init__()
-        self.w1 = Linear(d_model, d_ff, device=device, dtype=dtype)
-        self.w2 = Linear(d_ff, d_model, device=device, dtype=dtype)
-        self.w3 = Linear(d_model, d_ff, device=device, dtype=dtype)
+        self.w1 = attention.Linear(d_model, d_ff, device=device, dtype=dtype)
+        self.w2 = attention.Linear(d_ff, d_model, device=device, dtype=dtype)
+        self.w3 = attention.Linear(d_model, d_ff, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(silu(self.w1(x)) * self.w3(x))
+        return self.w2(attention.silu(self.w1(x)) * self.w3(x))
 
 
 class TransformerBlock(nn.Module):
@@ -38,7 +39,7 @@ class TransformerBlock(nn.Module):
                  device=None, dtype=None):
         super().__init__()
         self.ln1 = RMSNorm(d_model, device=device, dtype=dtype)
-        self.attn = MultiHeadSelfAttention(d_model, num_heads, max_seq_len, theta, device=device, dtype=dtype)
+        self.attn = attention.MultiHeadSelfAttention(d_model, num_heads, max_seq_len, theta, device=device, dtype=dtype)
         self.ln2 = RMSNorm(d_model, device=device, dtype=dtype)
         self.ffn = SwiGLU(d_model, d_ff, device=device, dtype=dtype)
 
@@ -52,12 +53,12 @@ class TransformerLM(nn.Module):
                  num_heads: int, d_ff: int, rope_theta: float, init_scheme: str = "cs336",
                  device=None, dtype=None):
         super().__init__()
-        self.token_embeddings = Embedding(vocab_size, d_model, device=device, dtype=dtype)
+        self.token_embeddings = embeddings.Embedding(vocab_size, d_model, device=device, dtype=dtype)
         self.layers = nn.ModuleList(
             TransformerBlock(d_model, num_heads, d_ff, context_length, rope_theta, device=device, dtype=dtype)
             for _ in range(num_layers))
         self.ln_final = RMSNorm(d_model, device=device, dtype=dtype)
-        self.lm_head = Linear(d_model, vocab_size, device=device, dtype=dtype)
+        self.lm_head = attention.Linear(d_model, vocab_size, device=device, dtype=dtype)
         if init_scheme == "gpt2":
             self._init_gpt2(num_layers)
         elif init_scheme != "cs336":

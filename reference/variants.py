@@ -1,21 +1,26 @@
 """Known-mistake variants and correct alternatives of the reference, as data.
 
-Each variant is the reference adapters with a few functions replaced. The selftest
-runs the student suite against every one: a mistake must fail at least one test,
-a correct alternative must pass them all. Select one with
+A variant is the reference with a few named pieces replaced ("attention.softmax"
+means reference.attention.softmax) while each adapter call runs, so a mistake in
+softmax also reaches attention, the block and the LM, as it would in a student's
+code. The selftest runs the student suite against every variant: a mistake must
+fail at least one test, a correct alternative must pass them all. Run one with
 `pytest --adapters reference.variants:NAME`.
 """
 
+import contextlib
+import importlib
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from torch import nn
 
 import reference.adapters as ref
-from reference import embeddings as emb
+from reference import accounting, attention, embeddings as emb, model, rope
 
 
 @dataclass
@@ -24,19 +29,30 @@ class Variant:
     title: str
     mistake: int | None = None  # entry number in MISTAKES.md; None for extra ones
     correct: bool = False       # a correct alternative: must pass everything
-    replaces: dict[str, Callable] = field(default_factory=dict)
+    patches: dict = field(default_factory=dict)
 
     def __getattr__(self, adapter: str):
-        if adapter in self.replaces:
-            return self.replaces[adapter]
-        return getattr(ref, adapter)
+        fn = getattr(ref, adapter)
+
+        def patched(*args, **kwargs):
+            with self.applied():
+                return fn(*args, **kwargs)
+        return patched
+
+    @contextlib.contextmanager
+    def applied(self):
+        with contextlib.ExitStack() as stack:
+            for target, value in self.patches.items():
+                module, attr = target.rsplit(".", 1)
+                stack.enter_context(mock.patch.object(importlib.import_module(f"reference.{module}"), attr, value))
+            yield
 
 
 VARIANTS: dict[str, Variant] = {}
 
 
-def register(name: str, title: str, *, mistake: int | None = None, correct: bool = False, **replaces):
-    VARIANTS[name] = Variant(name, title, mistake, correct, replaces)
+def register(name: str, title: str, *, mistake: int | None = None, correct: bool = False, **patches):
+    VARIANTS[name] = Variant(name, title, mistake, correct, {k.replace("__", "."): v for k, v in patches.items()})
 
 
 def __getattr__(name: str) -> Variant:
@@ -46,7 +62,12 @@ def __getattr__(name: str) -> Variant:
         raise AttributeError(f"no variant {name!r}; known: {', '.join(VARIANTS)}") from None
 
 
-# ---------------------------------------------------------------- helpers
+def _set(base: type, **knobs) -> type:
+    """A subclass of one of the knob classes below with some knobs turned."""
+    return type(base.__name__.lstrip("_"), (base,), knobs)
+
+
+# ================================================================ Unit 2.1
 
 def _sinusoidal(d, positions, *, layout="interleaved", exponent="pair", swap=False):
     """Sinusoidal encodings with one knob per known way of getting them wrong."""
@@ -71,113 +92,335 @@ class _ParameterTable(nn.Module):
         return self.table[positions]
 
 
-class _AttributeTable(nn.Module):
+class _AttributeTable(_ParameterTable):
     def __init__(self, max_len, d_model):
-        super().__init__()
+        nn.Module.__init__(self)
         self.table = emb.sinusoidal_positions(d_model, torch.arange(max_len))
 
-    def forward(self, positions):
-        return self.table[positions]
 
-
-def _embed(position_fn):
-    """run_embed_with_positions whose positions come from position_fn(token_ids, seq)."""
-    def run(vocab_size, context_length, d_model, token_weights, position_weights, token_ids):
+def _embed_at(position_fn):
+    """embed_with_positions whose positions come from position_fn(token_ids, seq)."""
+    def embed(token_weights, position_weights, token_ids):
         positions = position_fn(token_ids, token_ids.shape[-1])
-        if position_weights is None:
-            pos = emb.sinusoidal_positions(d_model, positions)
-        else:
-            pos = position_weights[positions]
-        return emb.embedding_lookup(token_weights, token_ids) + pos
-    return run
+        pos = (emb.sinusoidal_positions(token_weights.shape[1], positions) if position_weights is None
+               else position_weights[positions])
+        return token_weights[token_ids] + pos
+    return embed
 
 
-# ---------------------------------------------------------------- Unit 2.1 mistakes
-
-register("one_hot_matmul", "embedding as a one-hot matmul", mistake=1,
-         run_embedding=lambda vocab_size, d_model, weights, token_ids:
-             F.one_hot(token_ids, vocab_size).to(weights.dtype) @ weights)
-
-def _two_d(vocab_size, d_model, weights, token_ids):
+def _two_d(weights, token_ids):
     B, T = token_ids.shape
-    return emb.embedding_lookup(weights, token_ids.reshape(B * T)).view(B, T, d_model)
+    return weights[token_ids.reshape(B * T)].view(B, T, -1)
 
-register("hard_coded_2d_ids", "B, T = ids.shape: only 2-D ids work", mistake=2, run_embedding=_two_d)
 
-register("negative_ids_wrap", "plain weights[ids]: negative ids wrap to the last rows", mistake=3,
-         run_embedding=lambda vocab_size, d_model, weights, token_ids: weights[token_ids])
-
-register("detached_table", "the table is detached, so it gets no gradient", mistake=4,
-         run_embedding=lambda vocab_size, d_model, weights, token_ids:
-             emb.embedding_lookup(weights.detach(), token_ids))
-
-register("bf16_round_trip", "the table goes through bf16 and back", mistake=5,
-         run_embedding=lambda vocab_size, d_model, weights, token_ids:
-             emb.embedding_lookup(weights.to(torch.bfloat16), token_ids).to(weights.dtype))
-
-register("positions_indexed_by_ids", "position vectors indexed by token ids", mistake=6,
-         run_embed_with_positions=_embed(lambda ids, seq: ids))
-
-register("one_based_positions", "positions start at 1", mistake=7,
-         run_embed_with_positions=_embed(lambda ids, seq: torch.arange(1, seq + 1)))
-
-register("concatenated_sin_cos", "sinusoidal [sin | cos] layout (tensor2tensor/fairseq)", mistake=8,
-         run_sinusoidal_positions=lambda d_model, token_positions:
-             _sinusoidal(d_model, token_positions, layout="concatenated"))
-
-register("swapped_sin_cos", "cos on even dims, sin on odd dims", mistake=9,
-         run_sinusoidal_positions=lambda d_model, token_positions:
-             _sinusoidal(d_model, token_positions, swap=True))
-
-register("raw_dimension_exponent", "exponent uses the raw dimension j instead of 2i", mistake=10,
-         run_sinusoidal_positions=lambda d_model, token_positions:
-             _sinusoidal(d_model, token_positions, exponent="raw"))
-
-register("position_table_parameter", "sinusoidal table stored as an nn.Parameter", mistake=11,
-         get_sinusoidal_positions=_ParameterTable)
-
-register("position_table_attribute", "sinusoidal table as a plain attribute, not a buffer", mistake=12,
-         get_sinusoidal_positions=_AttributeTable)
-
-register("unchecked_learned_positions", "learned positions are not range-checked", mistake=13,
-         run_learned_positions=lambda context_length, d_model, weights, token_positions:
-             weights[token_positions])
-
-# ---------------------------------------------------------------- contract slips
-
-register("forgot_return", "the adapter forgets to return",
-         run_embedding=lambda vocab_size, d_model, weights, token_ids: None)
-
-register("flattened_output", "the lookup flattens the leading dimensions",
-         run_embedding=lambda vocab_size, d_model, weights, token_ids:
-             emb.embedding_lookup(weights, token_ids.reshape(-1)))
-
-register("float64_output", "positions returned in float64",
-         run_sinusoidal_positions=lambda d_model, token_positions:
-             emb.sinusoidal_positions(d_model, token_positions).double())
-
-def _mutating(vocab_size, d_model, weights, token_ids):
+def _mutating(weights, token_ids):
     with torch.no_grad():
         weights[-1] = 0.0
-    return emb.embedding_lookup(weights, token_ids)
-
-register("mutates_input", "the lookup writes into its weights", run_embedding=_mutating)
+    return weights[token_ids]
 
 
-# ---------------------------------------------------------------- correct alternatives
+register("one_hot_matmul", "embedding as a one-hot matmul", mistake=1,
+         embeddings__embedding_lookup=lambda w, ids: F.one_hot(ids, w.shape[0]).to(w.dtype) @ w)
+register("hard_coded_2d_ids", "B, T = ids.shape: only 2-D ids work", mistake=2,
+         embeddings__embedding_lookup=_two_d)
+register("negative_ids_wrap", "plain weights[ids]: negative ids wrap to the last rows", mistake=3,
+         embeddings__embedding_lookup=lambda w, ids: w[ids])
+register("detached_table", "the table is detached, so it gets no gradient", mistake=4,
+         embeddings__embedding_lookup=lambda w, ids: w.detach()[ids])
+register("bf16_round_trip", "the table goes through bf16 and back", mistake=5,
+         embeddings__embedding_lookup=lambda w, ids: w.to(torch.bfloat16)[ids].to(w.dtype))
+register("positions_indexed_by_ids", "position vectors indexed by token ids", mistake=6,
+         embeddings__embed_with_positions=_embed_at(lambda ids, seq: ids))
+register("one_based_positions", "positions start at 1", mistake=7,
+         embeddings__embed_with_positions=_embed_at(lambda ids, seq: torch.arange(1, seq + 1)))
+register("concatenated_sin_cos", "sinusoidal [sin | cos] layout (tensor2tensor/fairseq)", mistake=8,
+         embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, layout="concatenated"))
+register("swapped_sin_cos", "cos on even dims, sin on odd dims", mistake=9,
+         embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, swap=True))
+register("raw_dimension_exponent", "exponent uses the raw dimension j instead of 2i", mistake=10,
+         embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, exponent="raw"))
+register("position_table_parameter", "sinusoidal table stored as an nn.Parameter", mistake=11,
+         embeddings__SinusoidalPositions=_ParameterTable)
+register("position_table_attribute", "sinusoidal table as a plain attribute, not a buffer", mistake=12,
+         embeddings__SinusoidalPositions=_AttributeTable)
+register("unchecked_learned_positions", "learned positions are not range-checked", mistake=13,
+         embeddings__learned_positions=lambda w, p: w[p])
 
-def _f_embedding(vocab_size, d_model, weights, token_ids):
-    emb.check_range(token_ids, vocab_size, "token id")
+# ================================================================ Unit 2.2
+
+def _softmax_no_max(x, dim):
+    e = x.exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _attention(*, scale=True, invert=False, mask_after=False, dim=-1, swap_qk=False):
+    def sdpa(Q, K, V, mask=None):
+        scores = (K @ Q.transpose(-1, -2)) if swap_qk else (Q @ K.transpose(-1, -2))
+        scores = scores / math.sqrt(Q.shape[-1]) if scale else scores
+        keep = None if mask is None else (~mask if invert else mask)
+        if keep is not None and not mask_after:
+            scores = scores.masked_fill(~keep, float("-inf"))
+        probs = attention.softmax(scores, dim=dim)
+        if keep is not None and mask_after:
+            probs = probs * keep
+        return probs @ V
+    return sdpa
+
+
+class _MHA(attention.MultiHeadSelfAttention):
+    """The reference MHA with a knob per mistake in building or splitting heads."""
+    causal_mask = staticmethod(lambda seq, device: torch.ones(seq, seq, dtype=torch.bool, device=device).tril())
+    transpose_heads = True
+    rope_on_d_model = False
+
+    def forward(self, x, token_positions=None):
+        seq, d = x.shape[-2], x.shape[-1]
+        h = self.num_heads
+        if token_positions is None:
+            token_positions = torch.arange(seq, device=x.device)
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if self.rope is not None and self.rope_on_d_model:
+            whole = rope.RotaryPositionalEmbedding(self.rope_theta, d, self.rope_len, device=x.device)
+            q, k = whole(q, token_positions), whole(k, token_positions)
+
+        def heads(t):
+            if self.transpose_heads:
+                return rearrange(t, "... s (h e) -> ... h s e", h=h)
+            return t.reshape(*t.shape[:-2], h, seq, d // h)  # view without the transpose
+        q, k, v = heads(q), heads(k), heads(v)
+        if self.rope is not None and not self.rope_on_d_model:
+            positions = token_positions.unsqueeze(-2)
+            q, k = self.rope(q, positions), self.rope(k, positions)
+        mask = self.causal_mask(seq, x.device)
+        out = attention.scaled_dot_product_attention(q, k, v, mask)
+        return self.output_proj(rearrange(out, "... h s e -> ... s (h e)"))
+
+    def __init__(self, d_model, num_heads, max_seq_len=None, theta=None, device=None, dtype=None):
+        super().__init__(d_model, num_heads, max_seq_len, theta, device=device, dtype=dtype)
+        self.rope_theta, self.rope_len = theta, max_seq_len
+
+
+
+class _EinsumLinear3D(attention.Linear):
+    def forward(self, x):
+        return torch.einsum("btd,od->bto", x, self.weight)
+
+
+register("softmax_without_max", "softmax without subtracting the max", mistake=14,
+         attention__softmax=_softmax_no_max)
+register("attention_missing_scale", "no 1/sqrt(d_k) scale", mistake=15,
+         attention__scaled_dot_product_attention=_attention(scale=False))
+register("attention_inverted_mask", "True treated as masked out", mistake=16,
+         attention__scaled_dot_product_attention=_attention(invert=True))
+register("attention_mask_after_softmax", "the mask zeroes probabilities after the softmax", mistake=17,
+         attention__scaled_dot_product_attention=_attention(mask_after=True))
+register("attention_softmax_over_queries", "softmax over the query axis", mistake=18,
+         attention__scaled_dot_product_attention=_attention(dim=-2))
+register("causal_mask_hides_diagonal", "causal mask from triu(diagonal=0) hides the diagonal", mistake=19,
+         attention__MultiHeadSelfAttention=_set(_MHA, causal_mask=staticmethod(
+             lambda seq, device: ~torch.ones(seq, seq, dtype=torch.bool, device=device).triu(0))))
+register("attention_not_causal", "multi-head attention without a causal mask", mistake=20,
+         attention__MultiHeadSelfAttention=_set(_MHA, causal_mask=staticmethod(lambda seq, device: None)))
+register("heads_split_without_transpose", "view(B, H, T, d_k) without the transpose", mistake=21,
+         attention__MultiHeadSelfAttention=_set(_MHA, transpose_heads=False))
+register("linear_hard_coded_rank", "einsum('btd,od->bto'): only 3-D inputs work", mistake=22,
+         attention__Linear=_EinsumLinear3D)
+register("attention_q_k_swapped", "scores computed as K Q^T", mistake=23,
+         attention__scaled_dot_product_attention=_attention(swap_qk=True))
+
+# ================================================================ Unit 2.5
+
+class _RoPE(nn.Module):
+    """RoPE with a knob per known mistake; the correct settings match the reference."""
+    pairing, freq_offset, learnable, tables_in_forward = "interleaved", 0, False, False
+
+    def __init__(self, theta, d_k, max_seq_len, device=None):
+        super().__init__()
+        self.theta, self.d_k, self.max_seq_len = theta, d_k, max_seq_len
+        if not self.tables_in_forward:
+            cos, sin = self._tables(device)
+            if self.learnable:
+                self.cos, self.sin = nn.Parameter(cos), nn.Parameter(sin)
+            else:
+                self.register_buffer("cos", cos, persistent=False)
+                self.register_buffer("sin", sin, persistent=False)
+
+    def _tables(self, device):
+        k = torch.arange(self.d_k // 2, dtype=torch.float64, device=device) + self.freq_offset
+        angles = torch.arange(self.max_seq_len, dtype=torch.float64, device=device)[:, None] * \
+            self.theta ** (-2 * k / self.d_k)
+        return angles.cos().float(), angles.sin().float()
+
+    def forward(self, x, token_positions):
+        cos, sin = self._tables(None) if self.tables_in_forward else (self.cos, self.sin)
+        cos, sin = cos[token_positions], sin[token_positions]
+        if self.pairing == "half":  # GPT-NeoX / Hugging Face rotate_half
+            first, second = x[..., : self.d_k // 2], x[..., self.d_k // 2:]
+            return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+
+
+
+register("rope_half_split", "rotate_half pairing (i, i + d/2) instead of interleaved", mistake=24,
+         rope__RotaryPositionalEmbedding=_set(_RoPE, pairing="half"))
+register("rope_frequency_off_by_one", "theta^(-2(k+1)/d)", mistake=25,
+         rope__RotaryPositionalEmbedding=_set(_RoPE, freq_offset=1))
+register("rope_before_head_split", "RoPE over d_model before the head split", mistake=26,
+         attention__MultiHeadSelfAttention=_set(_MHA, rope_on_d_model=True))
+register("rope_learnable_tables", "RoPE cos/sin registered as learnable parameters", mistake=27,
+         rope__RotaryPositionalEmbedding=_set(_RoPE, learnable=True))
+register("rope_tables_on_cpu", "cos/sin built in forward without device=", mistake=28,
+         rope__RotaryPositionalEmbedding=_set(_RoPE, tables_in_forward=True))
+
+# ================================================================ RMSNorm, SwiGLU
+
+class _RMSNorm(model.RMSNorm):
+    center, axis, use_gain, upcast, fixed_eps = False, -1, True, True, None
+
+    def forward(self, x):
+        wide = x.float() if self.upcast else x
+        if self.center:
+            wide = wide - wide.mean(dim=self.axis, keepdim=True)
+        eps = self.fixed_eps if self.fixed_eps is not None else self.eps
+        out = wide / torch.sqrt(wide.pow(2).mean(dim=self.axis, keepdim=True) + eps)
+        return (out * self.weight if self.use_gain else out).to(x.dtype)
+
+
+
+class _SwiGLU(model.SwiGLU):
+    swap, activation = False, staticmethod(attention.silu)
+
+    def forward(self, x):
+        a, b = (self.w3, self.w1) if self.swap else (self.w1, self.w3)
+        return self.w2(self.activation(a(x)) * b(x))
+
+
+
+register("rmsnorm_subtracts_mean", "the mean is subtracted (LayerNorm)", mistake=29,
+         model__RMSNorm=_set(_RMSNorm, center=True))
+register("rmsnorm_wrong_axis", "normalises over the wrong axis", mistake=30, model__RMSNorm=_set(_RMSNorm, axis=0))
+register("rmsnorm_gain_ignored", "the gain is not applied", mistake=31, model__RMSNorm=_set(_RMSNorm, use_gain=False))
+register("rmsnorm_no_upcast", "no float32 upcast: fp16 squares overflow", mistake=32,
+         model__RMSNorm=_set(_RMSNorm, upcast=False))
+register("rmsnorm_eps_ignored", "eps hard-coded to 1e-6", mistake=33, model__RMSNorm=_set(_RMSNorm, fixed_eps=1e-6))
+register("swiglu_w1_w3_swapped", "W1 and W3 swapped", mistake=34, model__SwiGLU=_set(_SwiGLU, swap=True))
+register("swiglu_gelu", "GELU in place of SiLU", mistake=35,
+         model__SwiGLU=_set(_SwiGLU, activation=staticmethod(F.gelu)))
+
+# ================================================================ block and LM
+
+class _Block(model.TransformerBlock):
+    post_norm, residual_from_norm = False, False
+
+    def forward(self, x):
+        if self.post_norm:
+            z = self.ln1(x + self.attn(x))
+            return self.ln2(z + self.ffn(z))
+        h = self.ln1(x)
+        z = (h if self.residual_from_norm else x) + self.attn(h)
+        h = self.ln2(z)
+        return (h if self.residual_from_norm else z) + self.ffn(h)
+
+
+
+class _LM(model.TransformerLM):
+    probabilities, dropout = False, 0.0
+
+    def forward(self, in_indices):
+        x = self.token_embeddings(in_indices)
+        for layer in self.layers:
+            x = F.dropout(layer(x), p=self.dropout, training=True) if self.dropout else layer(x)
+        logits = self.lm_head(self.ln_final(x))
+        return logits.softmax(dim=-1) if self.probabilities else logits
+
+
+
+register("post_norm_block", "post-norm instead of pre-norm", mistake=36,
+         model__TransformerBlock=_set(_Block, post_norm=True))
+register("residual_from_normalised", "the residual adds the normalised input", mistake=37,
+         model__TransformerBlock=_set(_Block, residual_from_norm=True))
+register("lm_returns_probabilities", "the LM returns softmax probabilities", mistake=38,
+         model__TransformerLM=_set(_LM, probabilities=True))
+register("dropout_in_eval", "dropout stays active in eval mode", mistake=39,
+         model__TransformerLM=_set(_LM, dropout=0.1))
+
+# ================================================================ initialisation
+
+class _AbsoluteBoundsLinear(attention.Linear):
+    def __init__(self, in_features, out_features, device=None, dtype=None):
+        nn.Module.__init__(self)
+        self.weight = nn.Parameter(torch.empty(out_features, in_features, device=device, dtype=dtype))
+        nn.init.trunc_normal_(self.weight, std=math.sqrt(2.0 / (in_features + out_features)))  # bounds +-2
+
+
+class _ShallowResidualLM(model.TransformerLM):
+    @torch.no_grad()
+    def _init_gpt2(self, num_layers):
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                residual = name.endswith(("attn.output_proj.weight", "ffn.w2.weight"))
+                p.normal_(0.0, 0.02 / math.sqrt(num_layers) if residual else 0.02)
+
+
+register("trunc_normal_absolute_bounds", "trunc_normal_(std=s) keeps its absolute +-2 bounds", mistake=40,
+         attention__Linear=_AbsoluteBoundsLinear)
+register("gpt2_residual_scale_sqrt_l", "GPT-2 residual scale 1/sqrt(L) instead of 1/sqrt(2L)", mistake=41,
+         model__TransformerLM=_ShallowResidualLM)
+
+# ================================================================ accounting
+
+_reference_accounting = accounting.transformer_accounting  # the patch replaces the module attribute
+
+
+def _accounting(adjust):
+    def counts(vocab_size, context_length, d_model, num_layers, num_heads, d_ff):
+        c = _reference_accounting(vocab_size, context_length, d_model, num_layers, num_heads, d_ff)
+        adjust(c, vocab_size, context_length, d_model, num_layers)
+        for kind in ("params", "flops"):
+            c[f"{kind}.total"] = sum(v for k, v in c.items() if k.startswith(kind + ".") and not k.endswith("total"))
+        return c
+    return counts
+
+
+def _halve(c, *_):
+    for k in c:
+        c[k] //= 2 if k.startswith("flops.") else 1
+
+
+register("untied_head_counted_once", "the untied LM head counted as tied (once)", mistake=42,
+         accounting__transformer_accounting=_accounting(lambda c, *_: c.update({"params.lm_head": 0})))
+register("macs_as_flops", "MACs reported as FLOPs", mistake=43, accounting__transformer_accounting=_accounting(_halve))
+register("missing_t_squared_terms", "the T^2 attention terms are omitted", mistake=44,
+         accounting__transformer_accounting=_accounting(
+             lambda c, *_: c.update({"flops.attention_scores": 0, "flops.attention_values": 0})))
+register("missing_lm_head_flops", "the LM-head matmul is omitted", mistake=45,
+         accounting__transformer_accounting=_accounting(lambda c, *_: c.update({"flops.lm_head": 0})))
+register("position_params_with_rope", "learned position parameters counted for a RoPE model", mistake=46,
+         accounting__transformer_accounting=_accounting(
+             lambda c, V, T, d, L: c.update({"params.token_embeddings": c["params.token_embeddings"] + T * d})))
+
+# ================================================================ contract slips
+
+register("forgot_return", "the adapter's function forgets to return",
+         embeddings__embedding_lookup=lambda w, ids: None)
+register("flattened_output", "the lookup flattens the leading dimensions",
+         embeddings__embedding_lookup=lambda w, ids: w[ids.reshape(-1)])
+register("float64_output", "positions returned in float64",
+         embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p).double())
+register("mutates_input", "the lookup writes into its weights", embeddings__embedding_lookup=_mutating)
+
+# ================================================================ correct alternatives
+
+def _f_embedding(weights, token_ids):
+    emb.check_range(token_ids, weights.shape[0], "token id")
     return F.embedding(token_ids, weights)
 
-register("functional_embedding", "F.embedding with an explicit range check", correct=True,
-         run_embedding=_f_embedding)
 
-def _index_select(vocab_size, d_model, weights, token_ids):
-    emb.check_range(token_ids, vocab_size, "token id")
-    return weights.index_select(0, token_ids.reshape(-1)).reshape(*token_ids.shape, d_model)
+def _index_select(weights, token_ids):
+    emb.check_range(token_ids, weights.shape[0], "token id")
+    return weights.index_select(0, token_ids.reshape(-1)).reshape(*token_ids.shape, weights.shape[1])
 
-register("index_select_embedding", "index_select on flattened ids", correct=True, run_embedding=_index_select)
 
 def _sinusoidal_float32(d_model, token_positions):
     i = torch.arange(0, d_model, 2, dtype=torch.float32, device=token_positions.device)
@@ -186,5 +429,86 @@ def _sinusoidal_float32(d_model, token_positions):
     pe[..., 0::2], pe[..., 1::2] = angles.sin(), angles.cos()
     return pe
 
+
+register("functional_embedding", "F.embedding with an explicit range check", correct=True,
+         embeddings__embedding_lookup=_f_embedding)
+register("index_select_embedding", "index_select on flattened ids", correct=True,
+         embeddings__embedding_lookup=_index_select)
 register("float32_sinusoidal", "sinusoidal computed in float32 with pow and strided writes", correct=True,
-         run_sinusoidal_positions=_sinusoidal_float32)
+         embeddings__sinusoidal_positions=_sinusoidal_float32)
+
+
+# ---- einsum everywhere
+
+class _EinsumLinear(attention.Linear):
+    def forward(self, x):
+        return torch.einsum("...i,oi->...o", x, self.weight)
+
+
+def _einsum_attention(Q, K, V, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", Q, K) / Q.shape[-1] ** 0.5
+    if mask is not None:
+        scores = torch.where(mask, scores, float("-inf"))
+    return torch.einsum("...qk,...kd->...qd", attention.softmax(scores, -1), V)
+
+
+register("einsum", "einsum for linear layers and attention", correct=True,
+         attention__Linear=_EinsumLinear,
+         attention__scaled_dot_product_attention=_einsum_attention)
+
+
+# ---- float64 internally
+
+class _Float64Linear(attention.Linear):
+    def forward(self, x):
+        return (x.double() @ self.weight.double().T).to(x.dtype)
+
+
+class _Float64RMSNorm(model.RMSNorm):
+    def forward(self, x):
+        wide = x.double()
+        return (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight.double()).to(x.dtype)
+
+
+def _float64_softmax(x, dim):
+    return torch.softmax(x.double(), dim=dim).to(x.dtype)
+
+
+def _float64_attention(Q, K, V, mask=None):
+    scores = Q.double() @ K.double().transpose(-1, -2) / math.sqrt(Q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return (torch.softmax(scores, -1) @ V.double()).to(Q.dtype)
+
+
+register("float64_internals", "float64 inside linear, softmax, attention and RMSNorm (rsqrt)", correct=True,
+         attention__Linear=_Float64Linear, model__RMSNorm=_Float64RMSNorm,
+         attention__softmax=_float64_softmax, attention__scaled_dot_product_attention=_float64_attention)
+
+
+# ---- complex-number RoPE
+
+class _ComplexRoPE(nn.Module):
+    def __init__(self, theta, d_k, max_seq_len, device=None):
+        super().__init__()
+        freqs = theta ** (-torch.arange(0, d_k, 2, dtype=torch.float32, device=device) / d_k)
+        angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float32, device=device), freqs)
+        self.register_buffer("cis", torch.polar(torch.ones_like(angles), angles), persistent=False)
+
+    def forward(self, x, token_positions):
+        pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2).contiguous())
+        return torch.view_as_real(pairs * self.cis[token_positions]).flatten(-2).to(x.dtype)
+
+
+register("complex_rope", "RoPE as multiplication by complex exponentials", correct=True,
+         rope__RotaryPositionalEmbedding=_ComplexRoPE)
+
+
+# ---- torch's fused attention
+
+def _torch_sdpa(Q, K, V, mask=None):
+    return F.scaled_dot_product_attention(Q, K, V, attn_mask=mask)
+
+
+register("torch_sdpa", "attention through torch.nn.functional.scaled_dot_product_attention", correct=True,
+         attention__scaled_dot_product_attention=_torch_sdpa)

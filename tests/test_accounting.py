@@ -14,7 +14,8 @@ def test_totals_are_the_sum_of_their_parts(adapters, config):
     counts = adapters.run_transformer_accounting(**config)
     for kind in ("params", "flops"):
         parts = sum(v for k, v in counts.items() if k.startswith(kind + ".") and k != f"{kind}.total")
-        assert counts[f"{kind}.total"] == parts, f"{kind}.total = {counts[f'{kind}.total']:,} but its parts sum to {parts:,}"
+        total = counts[f"{kind}.total"]
+        assert total == parts, f"{kind}.total = {total:,} but its parts sum to {parts:,}"
 
 
 @adapter("run_transformer_accounting")
