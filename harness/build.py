@@ -7,10 +7,12 @@ from pathlib import Path
 import torch
 
 from harness.catalogue import CATALOGUE, Spec
+from harness.diagnose import fingerprint
 from harness.checks import CHECKS, checks_for
 from harness.contract import ADAPTERS
 from harness.runtime import Adapters
 from harness.store import HIDDEN, Case, Term, flatten, write_term
+from reference.variants import VARIANTS
 
 REFERENCE = "reference.adapters"
 
@@ -23,6 +25,10 @@ def build_term(project: Path, name: str, seed: int, force: bool = False) -> Path
         shutil.rmtree(folder)
     reference = Adapters(REFERENCE)
     built = [_build_case(reference, spec, seed) for spec in CATALOGUE]
+    mistakes = [v for v in VARIANTS.values() if not v.correct]
+    for case, tensors in built:
+        if not case.hidden:  # hidden cases never explain themselves
+            _add_fingerprints(case, tensors, mistakes)
     public = [(c, t) for c, t in built if not c.hidden]
     hidden = [(c, t) for c, t in built if c.hidden]
     meta = {"term": name, "seed": seed, "torch": torch.__version__,
@@ -30,7 +36,8 @@ def build_term(project: Path, name: str, seed: int, force: bool = False) -> Path
     counts: dict[str, int] = {}
     for c, _ in hidden:
         counts[c.function] = counts.get(c.function, 0) + 1
-    write_term(folder, {**meta, "hidden_counts": counts}, *_split(public))
+    hints = {v.name: v.hint for v in mistakes if v.hint}
+    write_term(folder, {**meta, "hidden_counts": counts, "hints": hints}, *_split(public))
     write_term(folder / HIDDEN, meta, *_split(hidden))
     return folder
 
@@ -74,6 +81,30 @@ def _build_case(reference: Adapters, spec: Spec, seed: int) -> tuple[Case, dict]
             tensors[f"grad/{path}"] = _narrow(grad)
         tensors["cot"] = cot
     return case, tensors
+
+
+def _add_fingerprints(case: Case, tensors: dict, mistakes) -> None:
+    """Store a sample of each known mistake's result on this case, where it differs."""
+    stored = {k[3:]: t for k, t in tensors.items() if k.startswith("in/")}
+    leaves = {p: _widen(t.transpose(-1, -2) if case.views.get(p) else t) for p, t in stored.items()}
+    generated = {a: {k.split("/", 1)[1]: None for k in stored if k.startswith(a + "/")} or None
+                 for a in case.inputs}
+    kwargs = {**case.args, **_assemble(generated, leaves)}
+    expected = Term.expected_from(tensors)
+    for variant in mistakes:
+        torch.manual_seed(0)  # variants with randomness (dropout) still build byte-identical terms
+        try:
+            with torch.no_grad():
+                out = getattr(variant, case.function)(**kwargs)
+        except Exception:
+            continue
+        out = _narrow(out) if isinstance(out, torch.Tensor) else out
+        baseline = expected if expected is not None else torch.zeros_like(out) if isinstance(out, torch.Tensor) else {}
+        fp = fingerprint(out, baseline, zlib.crc32(f"{case.id}/{variant.name}".encode()),
+                         max(case.atol, 1e-6), max(case.rtol, 1e-5))
+        if fp is not None:
+            case.diagnoses.append(variant.name)
+            tensors.update(flatten(f"diag/{variant.name}", fp))
 
 
 def _leaves(generated: dict):

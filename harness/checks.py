@@ -7,6 +7,7 @@ held to exactly what students are held to.
 import torch
 
 from harness.compare import Mismatch, assert_close, assert_same_counts, describe
+from harness.diagnose import heuristic, matching_variant
 from harness.store import Case, Term
 
 
@@ -22,14 +23,32 @@ def header(case: Case, kwargs: dict) -> str:
 def check_output(adapters, term: Term, case: Case) -> None:
     kwargs = term.inputs(case)
     out = getattr(adapters, case.function)(**kwargs)
+    _check_not_mutated(term, case, kwargs)  # first: a mutated input also spoils the output
     expected = term.expected(case)
     where = header(case, kwargs)
-    if isinstance(expected, dict):
-        assert_same_counts(out, expected, header=where, hidden=case.hidden)
-    else:
-        assert_close(out, expected, what="output", atol=case.atol, rtol=case.rtol,
-                     header=where, hidden=case.hidden)
-    _check_not_mutated(term, case, kwargs)
+    try:
+        if isinstance(expected, dict):
+            assert_same_counts(out, expected, header=where, hidden=case.hidden)
+        else:
+            assert_close(out, expected, what="output", atol=case.atol, rtol=case.rtol,
+                         header=where, hidden=case.hidden)
+    except Mismatch as e:
+        raise Mismatch(f"{e}{_diagnosis(term, case, out, expected)}") from None
+
+
+def _diagnosis(term: Term, case: Case, out, expected) -> str:
+    """A closing line naming the likely mistake, or nothing if the evidence is thin."""
+    if case.hidden:
+        return ""
+    name = matching_variant(out, term.fingerprints(case), case.atol, case.rtol)
+    if name and name in term.hints:
+        return f"\nLikely cause: your output matches {_sentence(term.hints[name])}"
+    guess = heuristic(out, expected, case.atol, case.rtol) if isinstance(expected, torch.Tensor) else None
+    return f"\nLikely cause: {_sentence(guess)}" if guess else ""
+
+
+def _sentence(text: str) -> str:
+    return text if text.endswith(".") else text + "."
 
 
 def check_gradient(adapters, term: Term, case: Case) -> None:
@@ -60,7 +79,8 @@ def check_raises(adapters, term: Term, case: Case) -> None:
         return
     raise Mismatch(f"{header(case, kwargs)}\n{case.function} returned {describe(out)} instead of raising. "
                    f"Invalid input must fail loudly: check the range yourself and raise "
-                   f"(IndexError or ValueError) with a message that names the bad value.")
+                   f"(IndexError or ValueError) with a message that names the bad value."
+                   + _diagnosis(term, case, out, None))
 
 
 def _leaf(kwargs: dict, path: str) -> torch.Tensor:

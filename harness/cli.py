@@ -32,6 +32,10 @@ def main(argv=None) -> int:
     contract = sub.add_parser("contract", help="render adapters.py and reference/adapters.py from the contract")
     contract.add_argument("--check", action="store_true", help="fail if a rendered file is out of date")
 
+    mistakes = sub.add_parser("mistakes", help="run the suite against every known-mistake variant and print "
+                                                "which tests catch it and whether the report names it")
+    mistakes.add_argument("names", nargs="*", help="only these variants")
+
     args = parser.parse_args(argv)
     root = project_root()
     try:
@@ -83,9 +87,20 @@ def contract_render(root: Path, args) -> int:
     return 1 if stale and args.check else 0
 
 
+def mistakes_table(root: Path, args) -> int:
+    from harness.coverage import NAMED_TARGET, coverage, render
+    rows = coverage(root, args.names)
+    print(render(rows))
+    mistakes = [r for r in rows if not r.correct]
+    missed = [r for r in mistakes if not r.caught_by] + [r for r in rows if r.correct and r.caught_by]
+    named = sum(r.named for r in mistakes) / max(len(mistakes), 1)
+    return 1 if missed or named < NAMED_TARGET else 0
+
+
 COMMANDS = {
     ("term", "new"): term_new,
     ("term", "verify"): term_verify,
     ("term", "list"): term_list,
     ("contract", None): contract_render,
+    ("mistakes", None): mistakes_table,
 }

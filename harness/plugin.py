@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness.checks import checks_for
-from harness.compare import Mismatch
+from harness.compare import Mismatch, describe
+from harness.diagnose import rank_error
 from harness.contract import ADAPTERS
 from harness.probes import AllocationTooLarge, DeviceMismatch
 from harness.progress import Progress
@@ -98,7 +99,15 @@ def pytest_generate_tests(metafunc):
     if "fixture_check" in metafunc.fixturenames:
         term = _state(metafunc.config)["term"]
         params = [(case, check) for case in term.cases for check in checks_for(case)]
-        metafunc.parametrize("fixture_check", params, ids=[f"{c.id}:{k}" for c, k in params])
+        metafunc.parametrize("fixture_check", params, ids=[f"{_public_id(term, c)}:{k}" for c, k in params])
+
+
+def _public_id(term, case) -> str:
+    """Hidden cases are numbered, so even their test ids say nothing about their inputs."""
+    if not case.hidden:
+        return case.id
+    hidden = [c for c in term.cases if c.hidden and c.function == case.function]
+    return f"{case.function}/hidden-{hidden.index(case) + 1}"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -165,7 +174,13 @@ def _explain(item, name, excinfo) -> str | None:
     excinfo.traceback = tb
     case = getattr(item, "callspec", None) and item.callspec.params.get("fixture_check", (None,))[0]
     about = f", case {case.name!r} ({case.note})" if case and not case.hidden else ""
-    return f"{name or 'the code under test'} raised {excinfo.typename}{about}:\n{excinfo.getrepr(style='short')}"
+    report = f"{name or 'the code under test'} raised {excinfo.typename}{about}:\n{excinfo.getrepr(style='short')}"
+    if case and not case.hidden:
+        term = item.config.stash[STATE]["term"]
+        shapes = ", ".join(f"{k}={describe(v)}" for k, v in term.inputs(case).items() if hasattr(v, "shape"))
+        cause = rank_error(str(excinfo.value), shapes)
+        report += f"\nLikely cause: {cause}." if cause else ""
+    return report
 
 
 def _is_ours(path, tests: Path) -> bool:

@@ -38,6 +38,7 @@ class Case:
     views: dict = field(default_factory=dict)       # input path -> "transposed" (a non-contiguous view)
     hidden: bool = False
     note: str = ""          # what this case is about, shown in failure reports
+    diagnoses: list[str] = field(default_factory=list)  # known mistakes with a stored fingerprint
     file: str = ""
 
     @property
@@ -75,6 +76,15 @@ class Term:
     def hidden_counts(self) -> dict[str, int]:
         return self.manifest.get("hidden_counts", {})
 
+    @property
+    def hints(self) -> dict[str, str]:
+        """Known mistake -> what a matching result is diagnosed as."""
+        return self.manifest.get("hints", {})
+
+    def fingerprints(self, case: Case) -> dict[str, dict]:
+        stored = self.tensors(case)
+        return {name: unflatten(stored, f"diag/{name}") for name in case.diagnoses}
+
     def tensors(self, case: Case) -> dict[str, torch.Tensor]:
         """Every stored tensor of a case, keyed by role path ("in/weights", "grad/weights/ln1.weight")."""
         if case.file not in self._files:
@@ -104,10 +114,14 @@ class Term:
 
     def expected(self, case: Case):
         """The stored result: a tensor, or a dict for functions that return one."""
-        stored = self.tensors(case)
+        return self.expected_from(self.tensors(case))
+
+    @staticmethod
+    def expected_from(stored: dict):
         if "out" in stored:
             return stored["out"]
-        return {k: v.item() for k, v in unflatten(stored, "out").items()}
+        counts = unflatten(stored, "out")
+        return {k: v.item() for k, v in counts.items()} if counts else None
 
 
 def unflatten(stored: dict, prefix: str) -> dict:

@@ -30,6 +30,8 @@ class Variant:
     mistake: int | None = None  # entry number in MISTAKES.md; None for extra ones
     correct: bool = False       # a correct alternative: must pass everything
     patches: dict = field(default_factory=dict)
+    hint: str = ""              # what a matching output is diagnosed as, in the student's words
+    named_by: str = ""          # or: a phrase of the probe or check message that names this mistake
 
     def __getattr__(self, adapter: str):
         fn = getattr(ref, adapter)
@@ -51,8 +53,10 @@ class Variant:
 VARIANTS: dict[str, Variant] = {}
 
 
-def register(name: str, title: str, *, mistake: int | None = None, correct: bool = False, **patches):
-    VARIANTS[name] = Variant(name, title, mistake, correct, {k.replace("__", "."): v for k, v in patches.items()})
+def register(name: str, title: str, *, mistake: int | None = None, correct: bool = False,
+             hint: str = "", named_by: str = "", **patches):
+    patches = {k.replace("__", "."): v for k, v in patches.items()}
+    VARIANTS[name] = Variant(name, title, mistake, correct, patches, hint, named_by)
 
 
 def __getattr__(name: str) -> Variant:
@@ -108,42 +112,60 @@ def _embed_at(position_fn):
     return embed
 
 
+_lookup = emb.embedding_lookup  # the reference lookup, which the patches below replace
+
+
 def _two_d(weights, token_ids):
     B, T = token_ids.shape
-    return weights[token_ids.reshape(B * T)].view(B, T, -1)
+    return _lookup(weights, token_ids.reshape(B * T)).view(B, T, -1)
 
 
 def _mutating(weights, token_ids):
     with torch.no_grad():
         weights[-1] = 0.0
-    return weights[token_ids]
+    return _lookup(weights, token_ids)
 
 
-register("one_hot_matmul", "embedding as a one-hot matmul", mistake=1,
+register("one_hot_matmul", "embedding as a one-hot matmul",
+         hint="a one-hot [..., vocab_size] matmul instead of indexing the table", named_by="one-hot", mistake=1,
          embeddings__embedding_lookup=lambda w, ids: F.one_hot(ids, w.shape[0]).to(w.dtype) @ w)
-register("hard_coded_2d_ids", "B, T = ids.shape: only 2-D ids work", mistake=2,
+register("hard_coded_2d_ids", "B, T = ids.shape: only 2-D ids work", named_by="fixed number of dimensions",
+         hint="code that assumes 2-D ids (B, T = ids.shape); ids may have any rank", mistake=2,
          embeddings__embedding_lookup=_two_d)
-register("negative_ids_wrap", "plain weights[ids]: negative ids wrap to the last rows", mistake=3,
+register("negative_ids_wrap", "plain weights[ids]: negative ids wrap to the last rows",
+         hint="plain weights[ids], which wraps negative ids to the last rows instead of raising", mistake=3,
          embeddings__embedding_lookup=lambda w, ids: w[ids])
-register("detached_table", "the table is detached, so it gets no gradient", mistake=4,
-         embeddings__embedding_lookup=lambda w, ids: w.detach()[ids])
-register("bf16_round_trip", "the table goes through bf16 and back", mistake=5,
-         embeddings__embedding_lookup=lambda w, ids: w.to(torch.bfloat16)[ids].to(w.dtype))
-register("positions_indexed_by_ids", "position vectors indexed by token ids", mistake=6,
+register("detached_table", "the table is detached, so it gets no gradient",
+         hint="a detached table: no gradient reaches the weights", named_by="no gradient reaches", mistake=4,
+         embeddings__embedding_lookup=lambda w, ids: _lookup(w.detach(), ids))
+register("bf16_round_trip", "the table goes through bf16 and back",
+         hint="a table rounded through bfloat16 and back: a lookup must copy rows bit-exactly", mistake=5,
+         embeddings__embedding_lookup=lambda w, ids: _lookup(w.to(torch.bfloat16), ids).to(w.dtype))
+register("positions_indexed_by_ids", "position vectors indexed by token ids",
+         hint="position vectors indexed by token ids instead of by positions 0..seq-1", mistake=6,
          embeddings__embed_with_positions=_embed_at(lambda ids, seq: ids))
-register("one_based_positions", "positions start at 1", mistake=7,
+register("one_based_positions", "positions start at 1",
+         hint="positions that start at 1; they start at 0", mistake=7,
          embeddings__embed_with_positions=_embed_at(lambda ids, seq: torch.arange(1, seq + 1)))
-register("concatenated_sin_cos", "sinusoidal [sin | cos] layout (tensor2tensor/fairseq)", mistake=8,
+register("concatenated_sin_cos", "sinusoidal [sin | cos] layout (tensor2tensor/fairseq)",
+         hint=("the [sin | cos] concatenated layout (tensor2tensor/fairseq); this assignment interleaves sin on even"
+               " and cos on odd dimensions"),
+         mistake=8,
          embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, layout="concatenated"))
-register("swapped_sin_cos", "cos on even dims, sin on odd dims", mistake=9,
+register("swapped_sin_cos", "cos on even dims, sin on odd dims",
+         hint="sin and cos swapped: even dimensions hold sin, odd dimensions cos", mistake=9,
          embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, swap=True))
-register("raw_dimension_exponent", "exponent uses the raw dimension j instead of 2i", mistake=10,
+register("raw_dimension_exponent", "exponent uses the raw dimension j instead of 2i",
+         hint="an exponent that uses the raw dimension j; both dimensions of pair i use 2i/d_model", mistake=10,
          embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, exponent="raw"))
-register("position_table_parameter", "sinusoidal table stored as an nn.Parameter", mistake=11,
+register("position_table_parameter", "sinusoidal table stored as an nn.Parameter",
+         hint="a sinusoidal table stored as an nn.Parameter", named_by="0 parameters", mistake=11,
          embeddings__SinusoidalPositions=_ParameterTable)
-register("position_table_attribute", "sinusoidal table as a plain attribute, not a buffer", mistake=12,
+register("position_table_attribute", "sinusoidal table as a plain attribute, not a buffer",
+         hint="a sinusoidal table kept as a plain attribute", named_by="register_buffer", mistake=12,
          embeddings__SinusoidalPositions=_AttributeTable)
-register("unchecked_learned_positions", "learned positions are not range-checked", mistake=13,
+register("unchecked_learned_positions", "learned positions are not range-checked",
+         hint="learned positions without a range check", named_by="instead of raising", mistake=13,
          embeddings__learned_positions=lambda w, p: w[p])
 
 # ================================================================ Unit 2.2
@@ -206,26 +228,41 @@ class _EinsumLinear3D(attention.Linear):
         return torch.einsum("btd,od->bto", x, self.weight)
 
 
-register("softmax_without_max", "softmax without subtracting the max", mistake=14,
+register("softmax_without_max", "softmax without subtracting the max",
+         hint="softmax without subtracting the max: exp overflows for large inputs",
+         named_by="subtract the max", mistake=14,
          attention__softmax=_softmax_no_max)
-register("attention_missing_scale", "no 1/sqrt(d_k) scale", mistake=15,
+register("attention_missing_scale", "no 1/sqrt(d_k) scale",
+         hint="attention scores without the 1/sqrt(d_k) scale", mistake=15,
          attention__scaled_dot_product_attention=_attention(scale=False))
-register("attention_inverted_mask", "True treated as masked out", mistake=16,
+register("attention_inverted_mask", "True treated as masked out",
+         hint="an inverted mask: True means the query MAY attend to that key", mistake=16,
          attention__scaled_dot_product_attention=_attention(invert=True))
-register("attention_mask_after_softmax", "the mask zeroes probabilities after the softmax", mistake=17,
+register("attention_mask_after_softmax", "the mask zeroes probabilities after the softmax",
+         hint="the mask applied after the softmax; put -inf in the scores before it", mistake=17,
          attention__scaled_dot_product_attention=_attention(mask_after=True))
-register("attention_softmax_over_queries", "softmax over the query axis", mistake=18,
+register("attention_softmax_over_queries", "softmax over the query axis",
+         hint="the softmax taken over the query axis; it runs over the keys (the last axis)", mistake=18,
          attention__scaled_dot_product_attention=_attention(dim=-2))
-register("causal_mask_hides_diagonal", "causal mask from triu(diagonal=0) hides the diagonal", mistake=19,
+register("causal_mask_hides_diagonal", "causal mask from triu(diagonal=0) hides the diagonal",
+         hint="a causal mask that also hides the diagonal (triu without diagonal=1): query i must see key i",
+         named_by="diagonal", mistake=19,
          attention__MultiHeadSelfAttention=_set(_MHA, causal_mask=staticmethod(
              lambda seq, device: ~torch.ones(seq, seq, dtype=torch.bool, device=device).triu(0))))
-register("attention_not_causal", "multi-head attention without a causal mask", mistake=20,
+register("attention_not_causal", "multi-head attention without a causal mask",
+         hint="attention without the causal mask: query i may only see keys 0..i", named_by="causal", mistake=20,
          attention__MultiHeadSelfAttention=_set(_MHA, causal_mask=staticmethod(lambda seq, device: None)))
-register("heads_split_without_transpose", "view(B, H, T, d_k) without the transpose", mistake=21,
+register("heads_split_without_transpose", "view(B, H, T, d_k) without the transpose",
+         hint=("a head split by view(..., h, seq, d_k) without the transpose; view(..., seq, h, d_k) then "
+               "transpose(-2, -3)"),
+         mistake=21,
          attention__MultiHeadSelfAttention=_set(_MHA, transpose_heads=False))
-register("linear_hard_coded_rank", "einsum('btd,od->bto'): only 3-D inputs work", mistake=22,
+register("linear_hard_coded_rank", "einsum('btd,od->bto'): only 3-D inputs work",
+         named_by="fixed number of dimensions",
+         hint="a linear layer that assumes 3-D input; use einsum('...i,oi->...o') or x @ W.T", mistake=22,
          attention__Linear=_EinsumLinear3D)
-register("attention_q_k_swapped", "scores computed as K Q^T", mistake=23,
+register("attention_q_k_swapped", "scores computed as K Q^T",
+         hint="scores computed as K Q^T instead of Q K^T", mistake=23,
          attention__scaled_dot_product_attention=_attention(swap_qk=True))
 
 # ================================================================ Unit 2.5
@@ -262,15 +299,23 @@ class _RoPE(nn.Module):
 
 
 
-register("rope_half_split", "rotate_half pairing (i, i + d/2) instead of interleaved", mistake=24,
+register("rope_half_split", "rotate_half pairing (i, i + d/2) instead of interleaved",
+         hint=("RoPE with half-split pairing (rotate_half, the GPT-NeoX/Hugging Face layout); this assignment pairs "
+               "adjacent dimensions (x0, x1), (x2, x3), ..."),
+         mistake=24,
          rope__RotaryPositionalEmbedding=_set(_RoPE, pairing="half"))
-register("rope_frequency_off_by_one", "theta^(-2(k+1)/d)", mistake=25,
+register("rope_frequency_off_by_one", "theta^(-2(k+1)/d)",
+         hint="RoPE frequencies off by one: pair k (0-based) uses theta^(-2k/d_k)", mistake=25,
          rope__RotaryPositionalEmbedding=_set(_RoPE, freq_offset=1))
-register("rope_before_head_split", "RoPE over d_model before the head split", mistake=26,
+register("rope_before_head_split", "RoPE over d_model before the head split",
+         hint="RoPE applied over d_model before the head split; rotate each head with d_k", mistake=26,
          attention__MultiHeadSelfAttention=_set(_MHA, rope_on_d_model=True))
-register("rope_learnable_tables", "RoPE cos/sin registered as learnable parameters", mistake=27,
+register("rope_learnable_tables", "RoPE cos/sin registered as learnable parameters",
+         hint="RoPE tables registered as parameters; RoPE has none",
+         named_by="parameters must be exactly", mistake=27,
          rope__RotaryPositionalEmbedding=_set(_RoPE, learnable=True))
-register("rope_tables_on_cpu", "cos/sin built in forward without device=", mistake=28,
+register("rope_tables_on_cpu", "cos/sin built in forward without device=",
+         hint="RoPE tables built in forward on the CPU", named_by="device", mistake=28,
          rope__RotaryPositionalEmbedding=_set(_RoPE, tables_in_forward=True))
 
 # ================================================================ RMSNorm, SwiGLU
@@ -297,15 +342,26 @@ class _SwiGLU(model.SwiGLU):
 
 
 
-register("rmsnorm_subtracts_mean", "the mean is subtracted (LayerNorm)", mistake=29,
+register("rmsnorm_subtracts_mean", "the mean is subtracted (LayerNorm)",
+         hint="RMSNorm that subtracts the mean (that is LayerNorm)", mistake=29,
          model__RMSNorm=_set(_RMSNorm, center=True))
-register("rmsnorm_wrong_axis", "normalises over the wrong axis", mistake=30, model__RMSNorm=_set(_RMSNorm, axis=0))
-register("rmsnorm_gain_ignored", "the gain is not applied", mistake=31, model__RMSNorm=_set(_RMSNorm, use_gain=False))
-register("rmsnorm_no_upcast", "no float32 upcast: fp16 squares overflow", mistake=32,
+register("rmsnorm_wrong_axis", "normalises over the wrong axis",
+         hint="RMSNorm over the wrong axis; normalise over the last (d_model) axis",
+         mistake=30, model__RMSNorm=_set(_RMSNorm, axis=0))
+register("rmsnorm_gain_ignored", "the gain is not applied",
+         hint="RMSNorm without its gain; multiply by weights",
+         mistake=31, model__RMSNorm=_set(_RMSNorm, use_gain=False))
+register("rmsnorm_no_upcast", "no float32 upcast: fp16 squares overflow",
+         hint="RMSNorm computed in float16: x**2 overflows; upcast to float32 first", mistake=32,
          model__RMSNorm=_set(_RMSNorm, upcast=False))
-register("rmsnorm_eps_ignored", "eps hard-coded to 1e-6", mistake=33, model__RMSNorm=_set(_RMSNorm, fixed_eps=1e-6))
-register("swiglu_w1_w3_swapped", "W1 and W3 swapped", mistake=34, model__SwiGLU=_set(_SwiGLU, swap=True))
-register("swiglu_gelu", "GELU in place of SiLU", mistake=35,
+register("rmsnorm_eps_ignored", "eps hard-coded to 1e-6",
+         hint="RMSNorm with a hard-coded eps instead of the eps argument",
+         mistake=33, model__RMSNorm=_set(_RMSNorm, fixed_eps=1e-6))
+register("swiglu_w1_w3_swapped", "W1 and W3 swapped",
+         hint="W1 and W3 swapped: SiLU applies to W1 x, W3 x is the gate",
+         mistake=34, model__SwiGLU=_set(_SwiGLU, swap=True))
+register("swiglu_gelu", "GELU in place of SiLU",
+         hint="GELU in place of SiLU", mistake=35,
          model__SwiGLU=_set(_SwiGLU, activation=staticmethod(F.gelu)))
 
 # ================================================================ block and LM
@@ -336,13 +392,17 @@ class _LM(model.TransformerLM):
 
 
 
-register("post_norm_block", "post-norm instead of pre-norm", mistake=36,
+register("post_norm_block", "post-norm instead of pre-norm",
+         hint="a post-norm block; this block is pre-norm: x + MHA(RMSNorm(x))", mistake=36,
          model__TransformerBlock=_set(_Block, post_norm=True))
-register("residual_from_normalised", "the residual adds the normalised input", mistake=37,
+register("residual_from_normalised", "the residual adds the normalised input",
+         hint="a residual that adds the normalised input; add the raw input x", mistake=37,
          model__TransformerBlock=_set(_Block, residual_from_norm=True))
-register("lm_returns_probabilities", "the LM returns softmax probabilities", mistake=38,
+register("lm_returns_probabilities", "the LM returns softmax probabilities",
+         hint="probabilities (a softmax at the end); the LM returns logits", mistake=38,
          model__TransformerLM=_set(_LM, probabilities=True))
-register("dropout_in_eval", "dropout stays active in eval mode", mistake=39,
+register("dropout_in_eval", "dropout stays active in eval mode",
+         hint="dropout active in eval mode", named_by="eval-mode forwards differ", mistake=39,
          model__TransformerLM=_set(_LM, dropout=0.1))
 
 # ================================================================ initialisation
@@ -363,9 +423,11 @@ class _ShallowResidualLM(model.TransformerLM):
                 p.normal_(0.0, 0.02 / math.sqrt(num_layers) if residual else 0.02)
 
 
-register("trunc_normal_absolute_bounds", "trunc_normal_(std=s) keeps its absolute +-2 bounds", mistake=40,
+register("trunc_normal_absolute_bounds", "trunc_normal_(std=s) keeps its absolute +-2 bounds",
+         hint="trunc_normal_ with its default absolute bounds", named_by="a=-3*std", mistake=40,
          attention__Linear=_AbsoluteBoundsLinear)
-register("gpt2_residual_scale_sqrt_l", "GPT-2 residual scale 1/sqrt(L) instead of 1/sqrt(2L)", mistake=41,
+register("gpt2_residual_scale_sqrt_l", "GPT-2 residual scale 1/sqrt(L) instead of 1/sqrt(2L)",
+         hint="GPT-2 residual scale 1/sqrt(L) instead of 1/sqrt(2L)", named_by="0.02/sqrt(2*num_layers)", mistake=41,
          model__TransformerLM=_ShallowResidualLM)
 
 # ================================================================ accounting
@@ -388,27 +450,34 @@ def _halve(c, *_):
         c[k] //= 2 if k.startswith("flops.") else 1
 
 
-register("untied_head_counted_once", "the untied LM head counted as tied (once)", mistake=42,
+register("untied_head_counted_once", "the untied LM head counted as tied (once)",
+         hint="the untied LM head left out of the parameter count (counted as tied)", mistake=42,
          accounting__transformer_accounting=_accounting(lambda c, *_: c.update({"params.lm_head": 0})))
-register("macs_as_flops", "MACs reported as FLOPs", mistake=43, accounting__transformer_accounting=_accounting(_halve))
-register("missing_t_squared_terms", "the T^2 attention terms are omitted", mistake=44,
+register("macs_as_flops", "MACs reported as FLOPs",
+         hint="MACs counted as FLOPs: a matmul costs 2*m*n*p FLOPs",
+         named_by="MACs", mistake=43, accounting__transformer_accounting=_accounting(_halve))
+register("missing_t_squared_terms", "the T^2 attention terms are omitted",
+         hint="the T^2 attention terms (Q K^T and A V) left out", mistake=44,
          accounting__transformer_accounting=_accounting(
              lambda c, *_: c.update({"flops.attention_scores": 0, "flops.attention_values": 0})))
-register("missing_lm_head_flops", "the LM-head matmul is omitted", mistake=45,
+register("missing_lm_head_flops", "the LM-head matmul is omitted",
+         hint="the LM-head matmul left out of the FLOPs", mistake=45,
          accounting__transformer_accounting=_accounting(lambda c, *_: c.update({"flops.lm_head": 0})))
-register("position_params_with_rope", "learned position parameters counted for a RoPE model", mistake=46,
+register("position_params_with_rope", "learned position parameters counted for a RoPE model",
+         hint="position parameters counted for a RoPE model, which has none", mistake=46,
          accounting__transformer_accounting=_accounting(
              lambda c, V, T, d, L: c.update({"params.token_embeddings": c["params.token_embeddings"] + T * d})))
 
 # ================================================================ contract slips
 
-register("forgot_return", "the adapter's function forgets to return",
+register("forgot_return", "the adapter's function forgets to return", named_by="forget to `return`",
          embeddings__embedding_lookup=lambda w, ids: None)
-register("flattened_output", "the lookup flattens the leading dimensions",
-         embeddings__embedding_lookup=lambda w, ids: w[ids.reshape(-1)])
-register("float64_output", "positions returned in float64",
+register("flattened_output", "the lookup flattens the leading dimensions", named_by="shape",
+         embeddings__embedding_lookup=lambda w, ids: _lookup(w, ids.reshape(-1)))
+register("float64_output", "positions returned in float64", named_by="dtype",
          embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p).double())
-register("mutates_input", "the lookup writes into its weights", embeddings__embedding_lookup=_mutating)
+register("mutates_input", "the lookup writes into its weights", named_by="in place",
+         embeddings__embedding_lookup=_mutating)
 
 # ================================================================ correct alternatives
 

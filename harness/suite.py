@@ -1,0 +1,58 @@
+"""Run the student suite in this process and collect what each test said.
+
+Used by the selftest and by `python -m harness mistakes`; torch is imported once,
+so a run against one adapters module takes about a second.
+"""
+
+import contextlib
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from harness.plugin import ADAPTER
+
+
+@dataclass
+class SuiteRun:
+    exit_code: int = 0
+    outcomes: dict = field(default_factory=dict)   # nodeid -> "passed" / "failed"
+    messages: dict = field(default_factory=dict)   # nodeid -> failure report
+    adapters: dict = field(default_factory=dict)   # nodeid -> contract function
+    output: str = ""                               # what pytest printed
+
+    @property
+    def failed(self) -> list[str]:
+        return [n for n, o in self.outcomes.items() if o != "passed"]
+
+    def mentions(self, phrase: str) -> bool:
+        return bool(phrase) and any(phrase in m for m in self.messages.values())
+
+
+class _Collector:
+    def __init__(self, run: SuiteRun):
+        self.run = run
+
+    def pytest_runtest_logreport(self, report):
+        if report.when == "call" or report.failed:
+            self.run.outcomes[report.nodeid] = report.outcome
+            if report.failed:
+                self.run.messages[report.nodeid] = str(report.longrepr)
+
+    def pytest_collection_modifyitems(self, items):
+        for item in items:
+            self.run.adapters[item.nodeid] = item.stash.get(ADAPTER, None)
+
+
+def run_suite(project: Path, *args: str, quiet: bool = False) -> SuiteRun:
+    run = SuiteRun()
+    argv = [str(project / "tests"), "-q", "-p", "no:cacheprovider", "--rootdir", str(project), *args]
+    if quiet:
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            run.exit_code = pytest.main(argv, plugins=[_Collector(run)])
+        run.output = buffer.getvalue()
+    else:
+        run.exit_code = pytest.main(argv, plugins=[_Collector(run)])
+    return run
