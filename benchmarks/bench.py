@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PROJECT))  # reference/ lives at the project root
 
 
 def wall(cmd: list[str], runs: int) -> float:
@@ -35,6 +36,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--term", default="2026-fall")
+    parser.add_argument("--grading", type=int, default=20, metavar="N",
+                        help="grade N reference submissions with --jobs 2 (0 skips it)")
     args = parser.parse_args()
 
     torch_import = wall([sys.executable, "-c", "import torch"], args.runs)
@@ -61,6 +64,25 @@ def main() -> None:
     print(f"  term build (in process, median 3)  {statistics.median(builds):6.2f} s")
     print(f"fixtures/{args.term}: public {public / 1024:.0f} KiB + hidden {hidden / 1024:.0f} KiB "
           f"= {(public + hidden) / 1024:.0f} KiB (target < 2048 KiB)")
+
+
+    if args.grading:
+        grading(args.grading, args.term)
+
+
+def grading(n: int, term: str) -> None:
+    """Throughput of `harness grade` (target: 20 submissions a minute on 2 cores)."""
+    from harness.grade import grade_all
+    from reference.submission import reference_as_student
+    with tempfile.TemporaryDirectory() as tmp:
+        subs = [reference_as_student(Path(tmp) / f"student{i:02d}") for i in range(n)]
+        start = time.perf_counter()
+        graded = grade_all(PROJECT, subs, term, Path(tmp) / "out", jobs=2)
+        seconds = time.perf_counter() - start
+    per = statistics.median(g.seconds for g in graded)
+    print(f"grade {n} reference submissions, --jobs 2: {seconds:.1f} s = {60 * n / seconds:.1f} submissions/min "
+          f"(target >= 20); median {per:.1f} s per submission; all full marks: "
+          f"{all(abs(g.score - graded[0].score) < 1e-9 for g in graded)}")
 
 
 if __name__ == "__main__":

@@ -6,11 +6,19 @@ from harness.contract import ADAPTERS, UNITS
 
 
 class Progress:
+    """A pytest plugin object: counts each function's reports, then renders the table."""
+
     def __init__(self, term, target: str, pinned: str):
         self.term = term
         self.target = target
         self.pinned = pinned
         self.results: dict[str, Counter] = {}
+        self.adapter_of: dict[str, str] = {}  # nodeid -> contract function
+
+    def pytest_runtest_logreport(self, report):
+        name = self.adapter_of.get(report.nodeid)
+        if name and (report.when == "call" or report.failed):
+            self.record(name, report.outcome, getattr(report, "not_implemented", False))
 
     def record(self, adapter: str, outcome: str, not_implemented: bool) -> None:
         key = "not implemented" if not_implemented else outcome
@@ -36,7 +44,9 @@ class Progress:
             for name in names:
                 counts = self.results[name]
                 total = sum(counts.values())
-                lines.append(f"  {name:<38} {self.status(name):<16} {counts['passed']:>3}/{total} tests")
+                points = ADAPTERS[name].points * counts["passed"] / total
+                lines.append(f"  {name:<38} {self.status(name):<16} {counts['passed']:>3}/{total:<3} tests "
+                             f"{points:4.1f}/{ADAPTERS[name].points} points")
             if all(self.status(n) == "passed" for n in names):
                 lines.append(f"  -> every function passes. Next: {unit.next_step}")
         hidden = self.term.hidden_counts

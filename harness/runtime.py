@@ -43,9 +43,9 @@ def load_module(target: str):
         raise
     except ModuleNotFoundError as e:
         raise AdaptersError(f"could not import adapters {target!r}: {e}. "
-                            "Pass a dotted module name or a path to a .py file.") from e
+                            "Pass a dotted module name or a path to a .py file.") from None
     except Exception as e:  # student code that fails at import time
-        raise AdaptersError(f"importing adapters {target!r} raised {type(e).__name__}: {e}") from e
+        raise AdaptersError(f"importing adapters {target!r} raised {type(e).__name__}: {e}") from None
     return getattr(module, attribute) if attribute else module
 
 

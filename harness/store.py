@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load, save_file
 
 SCHEMA = 1
 MANIFEST = "manifest.json"
@@ -65,12 +65,14 @@ class Term:
             known = ", ".join(list_terms(project)) or "none"
             raise FixtureError(f"unknown fixture term {name!r}; terms in {terms_root(project)}: {known}. "
                                "Set [tool.harness] term in pyproject.toml, or pass --term NAME.")
-        self.manifest = _read_manifest(self.dir)
+        # Every file is read once, hashed and parsed from the same bytes: code that runs
+        # later (a student's) cannot swap a file between the check and its use.
+        self._files: dict[str, dict] = {}
+        self.manifest = _read_manifest(self.dir, self._files, "")
         self.cases = _cases(self.manifest, "")
         self.hidden_loaded = hidden and (self.dir / HIDDEN / MANIFEST).is_file()
         if self.hidden_loaded:
-            self.cases += _cases(_read_manifest(self.dir / HIDDEN), HIDDEN + "/")
-        self._files: dict[str, dict] = {}
+            self.cases += _cases(_read_manifest(self.dir / HIDDEN, self._files, HIDDEN + "/"), HIDDEN + "/")
 
     @property
     def hidden_counts(self) -> dict[str, int]:
@@ -87,8 +89,6 @@ class Term:
 
     def tensors(self, case: Case) -> dict[str, torch.Tensor]:
         """Every stored tensor of a case, keyed by role path ("in/weights", "grad/weights/ln1.weight")."""
-        if case.file not in self._files:
-            self._files[case.file] = load_file(self.dir / case.file)
         data = self._files[case.file]
         prefix = case.name + "/"
         return {k[len(prefix):]: v for k, v in data.items() if k.startswith(prefix)}
@@ -138,7 +138,8 @@ def flatten(prefix: str, value) -> dict:
     return {prefix: value}
 
 
-def _read_manifest(folder: Path) -> dict:
+def _read_manifest(folder: Path, files: dict, prefix: str) -> dict:
+    """Read, check and parse a manifest and all its files into `files`."""
     path = folder / MANIFEST
     try:
         manifest = json.loads(path.read_text())
@@ -150,10 +151,12 @@ def _read_manifest(folder: Path) -> dict:
         file = folder / rel
         if not file.is_file():
             raise FixtureError(f"fixture file {file} is missing. {RESTORE}")
-        actual = sha256(file)
+        data = file.read_bytes()
+        actual = hashlib.sha256(data).hexdigest()
         if actual != digest:
             raise FixtureError(f"fixture file {file} was modified or truncated: its sha256 is "
                                f"{actual[:12]}…, the manifest records {digest[:12]}…. {RESTORE}")
+        files[prefix + rel] = load(data)
     return manifest
 
 

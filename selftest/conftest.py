@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from harness.suite import SuiteRun, run_suite as _run_suite
+from reference.submission import reference_as_student  # noqa: F401  (re-exported for the tests)
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -17,3 +18,9 @@ def run_suite(*args: str) -> SuiteRun:
 @pytest.fixture(scope="session")
 def project() -> Path:
     return PROJECT
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{path}: {old!r} not found"
+    path.write_text(text.replace(old, new, 1))

@@ -16,14 +16,29 @@ def rng():
     return torch.Generator().manual_seed(0)
 
 
-# ---------------------------------------------------------------- run_embedding
+# ---------------------------------------------------------------- lookups allocate no one-hot
 
-@adapter("run_embedding")
-def test_embedding_indexes_without_one_hot(adapters):
-    ids = torch.randint(0, 4096, (8, 16), generator=rng())
-    weights = torch.randn(4096, 4, generator=rng())
-    assert_no_large_allocation("run_embedding", adapters.run_embedding, (4096, 4, weights, ids),
-                               vocab_size=4096, ids_shape=ids.shape)
+V, ROWS = 4096, (8, 16)  # a one-hot [8, 16, 4096] is 1,024x the [8, 16, 4] output
+
+
+def _ids():
+    return torch.randint(0, V, ROWS, generator=rng())
+
+
+LOOKUPS = {  # adapter -> (callable, its arguments, the axis a one-hot would span)
+    "run_embedding": lambda a: (a.run_embedding, (V, 4, torch.randn(V, 4), _ids())),
+    "run_learned_positions": lambda a: (a.run_learned_positions, (V, 4, torch.randn(V, 4), _ids())),
+    "run_embed_with_positions": lambda a: (a.run_embed_with_positions,
+                                           (V, 16, 4, torch.randn(V, 4), torch.randn(16, 4), _ids())),
+    "get_embedding": lambda a: (a.get_embedding(V, 4), (_ids(),)),
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=adapter(n)) for n in LOOKUPS])
+def test_lookup_allocates_no_one_hot(adapters, name):
+    fn, args = LOOKUPS[name](adapters)
+    with torch.no_grad():
+        assert_no_large_allocation(name, fn, args, vocab_size=V, ids_shape=ROWS)
 
 
 
@@ -102,14 +117,6 @@ def test_embedding_module_trains_its_table(adapters):
     assert torch.equal(table.grad[1], torch.full((4,), 2.0)), "id 1 appears twice, so its row's gradient must be 2"
 
 
-
-@adapter("get_embedding")
-def test_embedding_module_indexes_without_one_hot(adapters):
-    module = adapters.get_embedding(4096, 4)
-    ids = torch.randint(0, 4096, (8, 16), generator=rng())
-    with torch.no_grad():
-        assert_no_large_allocation("get_embedding(...).forward", module, (ids,),
-                                   vocab_size=4096, ids_shape=ids.shape)
 
 
 @adapter("get_sinusoidal_positions")
