@@ -173,6 +173,8 @@ UNIT_2_1 = [
          vocab_size=300, d_model=24, weights=normal(300, 24), token_ids=ints(3, 11, high=300)),
     raises("run_embedding", "negative-id", "token id -1 (plain indexing would wrap it to the last row)",
            vocab_size=10, d_model=4, weights=normal(10, 4), token_ids=given([3, -1, 2])),
+    raises("run_embedding", "single-negative-id", "a single id, -1: the range check must not skip short inputs",
+           vocab_size=6, d_model=4, weights=normal(6, 4), token_ids=given([-1])),
     raises("run_embedding", "id-equals-vocab", "token id == vocab_size",
            vocab_size=10, d_model=4, weights=normal(10, 4), token_ids=given([[3, 10]])),
 
@@ -254,6 +256,8 @@ UNIT_2_2 = [
     case("run_softmax", "offset-100", "inputs offset by +100: exp overflows without subtracting the max",
          in_features=normal(4, 6, scale=3.0, offset=100.0), dim=-1),
     case("run_softmax", "4d", "[2, 2, 3, 5] along dim=-1", in_features=normal(2, 2, 3, 5), dim=-1),
+    case("run_softmax", "rows-far-apart", "one row near 0, one near +200: the max must be per row, not global",
+         in_features=given([[0.1, -0.3, 0.5, 0.2, -1.0], [200.0, 201.5, 199.2, 200.7, 198.9]]), dim=-1),
     case("run_softmax", "hidden-offset", "", hidden=True,
          in_features=normal(3, 4, scale=5.0, offset=1000.0), dim=-2),
 

@@ -468,6 +468,14 @@ register("position_params_with_rope", "learned position parameters counted for a
          accounting__transformer_accounting=_accounting(
              lambda c, V, T, d, L: c.update({"params.token_embeddings": c["params.token_embeddings"] + T * d})))
 
+def _softmax_global_max(x, dim):
+    e = (x - x.max()).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+register("softmax_global_max", "softmax subtracts the global max, not each slice's", named_by="not the global max",
+         attention__softmax=_softmax_global_max)
+
 # ================================================================ contract slips
 
 register("forgot_return", "the adapter's function forgets to return", named_by="forget to `return`",

@@ -37,6 +37,16 @@ def test_softmax_is_finite_at_plus_1000(adapters):
         "(exp(89) already overflows float32)")
 
 
+@adapter("run_softmax")
+def test_softmax_subtracts_the_max_of_each_slice(adapters):
+    x = randn(3, 6)
+    x[1] += 300.0  # one slice far above the others
+    out = adapters.run_softmax(x, -1)
+    assert torch.isfinite(out).all(), (
+        "rows far below the largest row became NaN: subtract the max of each slice along `dim` "
+        "(amax(dim=dim, keepdim=True)), not the global max")
+
+
 # ---------------------------------------------------------------- causality
 
 def _mha(adapters, x, rope: bool):
