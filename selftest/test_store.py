@@ -96,7 +96,8 @@ def test_a_student_run_writes_nothing_under_fixtures(project):
 
 
 def test_no_pickle_anywhere(project):
+    # Spelled in pieces so this file does not match its own search.
+    banned = ("torch." + "load", "pickle." + "load", "allow_pickle" + "=True")
     offenders = [str(p.relative_to(project)) for p in project.rglob("*.py")
-                 if any(s in p.read_text() for s in ("torch.load", "pickle.load", "allow_pickle=True"))
-                 and p.name != "test_store.py"]
+                 if any(b in p.read_text() for b in banned)]
     assert not offenders

@@ -1,0 +1,34 @@
+"""Every command the README gives exists: CLI subcommands, pytest options and paths."""
+
+import re
+import shlex
+
+import pytest
+
+from conftest import PROJECT
+from harness.cli import main
+
+README = (PROJECT / "README.md").read_text()
+BLOCKS = re.findall(r"```bash\n(.*?)```", README, re.S)
+COMMANDS = [line.split("#")[0].strip() for block in BLOCKS for line in block.splitlines() if line.strip()]
+
+
+def test_readme_gives_the_ci_test_command():
+    ci = (PROJECT / ".ci" / "run").read_text()
+    assert "pytest selftest" in COMMANDS and "pytest selftest" in ci
+    assert "pip install -e ." in COMMANDS
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c.startswith("python -m harness")])
+def test_harness_commands_parse(command, capsys):
+    words = shlex.split(command)[3:]
+    with pytest.raises(SystemExit) as e:
+        main([*words, "--help"])
+    assert e.value.code == 0
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c.startswith("python ") and c.endswith(".py")
+                                     or " benchmarks/" in c])
+def test_scripts_exist(command):
+    script = next(w for w in shlex.split(command) if w.endswith(".py"))
+    assert (PROJECT / script).is_file(), script
