@@ -7,7 +7,7 @@ held to exactly what students are held to.
 import torch
 
 from harness.compare import Mismatch, assert_close, assert_same_counts, describe
-from harness.diagnose import heuristic, matching_variant
+from harness.diagnose import heuristic, matching_variant, overflow
 from harness.store import Case, Term
 
 
@@ -44,6 +44,10 @@ def _diagnosis(term: Term, case: Case, out, expected) -> str:
     if name and name in term.hints:
         return f"\nLikely cause: your output matches {_sentence(term.hints[name])}"
     guess = heuristic(out, expected, case.atol, case.rtol) if isinstance(expected, torch.Tensor) else None
+    if guess is None and isinstance(expected, torch.Tensor):
+        inputs = [t for t in term.tensors(case).items() if t[0].startswith("in/") and t[1].is_floating_point()]
+        largest = max((t.abs().max().item() for _, t in inputs if t.numel()), default=0.0)
+        guess = overflow(out, expected, largest)
     return f"\nLikely cause: {_sentence(guess)}" if guess else ""
 
 

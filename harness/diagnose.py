@@ -82,6 +82,17 @@ def heuristic(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: f
     return None
 
 
+def overflow(actual, expected: torch.Tensor, largest_input: float) -> str | None:
+    """NaN/inf where the reference is finite, on inputs large enough to overflow exp or a square."""
+    if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape:
+        return None
+    broken = ~torch.isfinite(actual.detach()) & torch.isfinite(expected)
+    if broken.any() and largest_input >= 50:
+        return (f"NaN/inf appear where the reference is finite, and the inputs reach |x| = {largest_input:.0f}: "
+                "an overflow. Subtract the max before exp, or square in float32 rather than float16")
+    return None
+
+
 _RANK_ERRORS = ("values to unpack", "number of subscripts", "number of dimensions", "-dimensional",
                 "dimension specified as", "invalid for input of size")
 

@@ -45,6 +45,14 @@ def graded(tmp_path_factory):
     with (edits / "student" / "embeddings.py").open("a") as f:
         f.write("\nimport pathlib\nfor _f in pathlib.Path('fixtures').rglob('*.safetensors'):\n"
                 "    _f.write_bytes(b'garbage')\n")
+    # a zip of a repository folder; one that prints megabytes; one without adapters.py
+    zipped = reference_as_student(tmp_path_factory.mktemp("zipsrc") / "zipped")
+    shutil.make_archive(str(subs / "zipped"), "zip", zipped.parent, "zipped")
+    noisy = reference_as_student(subs / "noisy")
+    lookup = "def embedding_lookup(weights: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:\n"
+    edit(noisy / "student" / "embeddings.py", lookup, lookup + "    print('x' * 1_000_000)\n")
+    reference_as_student(subs / "no_adapters")
+    (subs / "no_adapters" / "adapters.py").unlink()
     out = tmp_path_factory.mktemp("graded")
     before = {p: p.read_bytes() for p in (PROJECT / "fixtures").rglob("*") if p.is_file()}
     results = grade_all(PROJECT, sorted(subs.iterdir()), TERM, out, jobs=2, timeout=240, case_timeout=1)
@@ -67,6 +75,23 @@ def test_reference_gets_full_marks(graded):
 
 def test_stubs_get_zero(graded):
     assert graded[0]["stubs"].score == 0
+
+
+def test_a_zipped_repository_is_graded_like_a_folder(graded):
+    assert graded[0]["zipped"].score == pytest.approx(FULL)
+
+
+def test_printing_megabytes_changes_nothing_but_the_kept_output(graded):
+    results, out = graded
+    assert results["noisy"].score == pytest.approx(FULL)
+    assert len((out / "noisy" / "output.txt").read_text()) <= 20_000
+
+
+def test_missing_adapters_is_a_clear_zero(graded):
+    results, out = graded
+    assert results["no_adapters"].score == 0 and results["no_adapters"].status == "no-adapters"
+    data = json.loads((out / "no_adapters" / "results.json").read_text())
+    assert "No adapters.py" in data["output"]
 
 
 @pytest.mark.parametrize("name, wrong", [

@@ -97,3 +97,11 @@ def test_progress_table_reports_each_state(capsys):
 def test_unit_completion_points_to_the_next_unit(capsys):
     run_suite("--adapters", "reference.adapters")
     assert "every function passes. Next: Unit 2.2" in capsys.readouterr().out
+
+
+def test_running_another_term_than_the_release_pinned_is_said():
+    from harness.progress import Progress
+    from harness.store import Term
+    progress = Progress(Term(PROJECT, "2026-fall"), "adapters", pinned="2027-spring")
+    progress.record("run_embedding", "passed", False)
+    assert "this release pins term 2027-spring; you ran 2026-fall" in progress.render()
