@@ -27,19 +27,14 @@ def test_none_return_names_the_adapter_and_the_axes():
     assert "run_embedding returned None" in text and "'... d_model'" in text and "d_model=4" in text
 
 
-def test_wrong_shape_names_the_actual_shape(tmp_path):
-    module = tmp_path / "short_adapters.py"
-    module.write_text("def run_embedding(vocab_size, d_model, weights, token_ids):\n"
-                      "    return weights[token_ids][..., :2]\n")
-    with pytest.raises(ContractViolation, match=r"(?s)returned f32\[2,2\].*d_model=4"):
-        Adapters(str(module)).run_embedding(10, 4, torch.randn(10, 4), torch.tensor([1, 2]))
-
-
-def test_integer_output_is_a_dtype_violation(tmp_path):
-    module = tmp_path / "int_adapters.py"
-    module.write_text("def run_embedding(vocab_size, d_model, weights, token_ids):\n"
-                      "    return weights[token_ids].long()\n")
-    with pytest.raises(ContractViolation, match=r"(?s)returned i64\[2,4\].*Float"):
+@pytest.mark.parametrize("body, message", [
+    ("weights[token_ids][..., :2]", r"(?s)returned f32\[2,2\].*d_model=4"),  # wrong shape: the actual one named
+    ("weights[token_ids].long()", r"(?s)returned i64\[2,4\].*Float"),       # wrong dtype
+], ids=["shape", "dtype"])
+def test_wrong_return_names_what_came_back_and_what_was_due(tmp_path, body, message):
+    module = tmp_path / "wrong_adapters.py"
+    module.write_text(f"def run_embedding(vocab_size, d_model, weights, token_ids):\n    return {body}\n")
+    with pytest.raises(ContractViolation, match=message):
         Adapters(str(module)).run_embedding(10, 4, torch.randn(10, 4), torch.tensor([1, 2]))
 
 
