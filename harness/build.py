@@ -24,11 +24,8 @@ def build_term(project: Path, name: str, seed: int, force: bool = False) -> Path
             raise FileExistsError(f"{folder} exists; pass --force to rebuild term {name!r}")
         shutil.rmtree(folder)
     reference = Adapters(REFERENCE)
-    built = [_build_case(reference, spec, seed) for spec in CATALOGUE]
     mistakes = [v for v in VARIANTS.values() if not v.correct]
-    for case, tensors in built:
-        if not case.hidden:  # hidden cases never explain themselves
-            _add_fingerprints(case, tensors, mistakes)
+    built = [_build_case(reference, spec, seed, mistakes) for spec in CATALOGUE]
     public = [(c, t) for c, t in built if not c.hidden]
     hidden = [(c, t) for c, t in built if c.hidden]
     meta = {"term": name, "seed": seed, "torch": torch.__version__,
@@ -46,7 +43,7 @@ def _split(built):
     return [c for c, _ in built], {c.id: t for c, t in built}
 
 
-def _build_case(reference: Adapters, spec: Spec, seed: int) -> tuple[Case, dict]:
+def _build_case(reference: Adapters, spec: Spec, seed: int, mistakes: list) -> tuple[Case, dict]:
     adapter = ADAPTERS[spec.function]
     generated = spec.generate(seed)
     inputs = [n for n in adapter.signature.parameters if n in generated]
@@ -60,20 +57,26 @@ def _build_case(reference: Adapters, spec: Spec, seed: int) -> tuple[Case, dict]
     for path, t in leaves.items():
         tensors[f"in/{path}"] = t.transpose(-1, -2) if case.views.get(path) else t
     fn = getattr(reference, spec.function)
-    if spec.check == "raises":
-        try:
-            fn(**case.args, **generated)
-        except Exception:
-            return case, tensors
-        raise AssertionError(f"catalogue case {case.id} should raise, but the reference returned")
-
     # Expected values come from float64 (float32 inputs are widened), so they are the
     # exact answer rounded once, not one float32 implementation's rounding.
     wide = {p: _widen(t).requires_grad_(p in grads) for p, t in leaves.items()}
-    out = fn(**case.args, **_assemble(generated, wide))
+    kwargs = {**case.args, **_assemble(generated, wide)}
+    if spec.check == "raises":
+        try:
+            fn(**kwargs)
+        except Exception:
+            if not case.hidden:
+                _add_fingerprints(case, tensors, kwargs, None, mistakes)
+            return case, tensors
+        raise AssertionError(f"catalogue case {case.id} should raise, but the reference returned")
+
+    out = fn(**kwargs)
+    expected = out if isinstance(out, dict) else _narrow(out.detach())
+    if not case.hidden:  # hidden cases never explain themselves
+        _add_fingerprints(case, tensors, kwargs, expected, mistakes)
     if isinstance(out, dict):
         return case, {**tensors, **flatten("out", out)}
-    tensors["out"] = _narrow(out.detach())
+    tensors["out"] = expected
     if grads:
         g = torch.Generator().manual_seed(seed * 7919 + zlib.crc32(case.id.encode()))
         cot = torch.randn(out.shape, generator=g, dtype=torch.float32)
@@ -83,14 +86,10 @@ def _build_case(reference: Adapters, spec: Spec, seed: int) -> tuple[Case, dict]
     return case, tensors
 
 
-def _add_fingerprints(case: Case, tensors: dict, mistakes) -> None:
-    """Store a sample of each known mistake's result on this case, where it differs."""
-    stored = {k[3:]: t for k, t in tensors.items() if k.startswith("in/")}
-    leaves = {p: _widen(t.transpose(-1, -2) if case.views.get(p) else t) for p, t in stored.items()}
-    generated = {a: {k.split("/", 1)[1]: None for k in stored if k.startswith(a + "/")} or None
-                 for a in case.inputs}
-    kwargs = {**case.args, **_assemble(generated, leaves)}
-    expected = Term.expected_from(tensors)
+def _add_fingerprints(case: Case, tensors: dict, kwargs: dict, expected, mistakes: list) -> None:
+    """Store a sample of each known mistake's result on this case, where it differs.
+
+    `expected` is None for a must-raise case: there, any result is the mistake's."""
     for variant in mistakes:
         torch.manual_seed(0)  # variants with randomness (dropout) still build byte-identical terms
         try:
