@@ -7,7 +7,7 @@ is the public folder alone. Nothing here uses pickle.
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -188,9 +188,6 @@ def write_term(folder: Path, meta: dict, cases: list[Case], tensors: dict[str, d
         save_file(data, folder / rel)
         files[rel] = sha256(folder / rel)
     manifest = {"schema": SCHEMA, **meta, "files": files,
-                "cases": [_case_json(c) for c in cases]}
+                "cases": [asdict(c) for c in cases]}
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
 
-
-def _case_json(case: Case) -> dict:
-    return {k: v for k, v in case.__dict__.items()}
