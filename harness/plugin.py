@@ -245,7 +245,11 @@ def _short(path) -> str:
         return str(path)
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter, config):
+    """The progress table, after pytest's own short summary: the last thing a student reads."""
+    result = yield
     progress = config.stash.get(PROGRESS, None)
     if progress is not None and progress.results:
         terminalreporter.write("\n" + progress.render() + "\n")
+    return result

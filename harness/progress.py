@@ -1,5 +1,6 @@
 """The end-of-run progress table: per unit, per function, in course order."""
 
+import textwrap
 from collections import Counter
 
 from harness.contract import ADAPTERS, UNITS
@@ -52,7 +53,8 @@ class Progress:
         hidden = self.term.hidden_counts
         if hidden and not self.term.hidden_loaded:
             per = ", ".join(f"{k} {v}" for k, v in hidden.items())
-            lines.append(f"Hidden cases exist and were not run here: {sum(hidden.values())} ({per}).")
+            lines += textwrap.wrap(f"Hidden cases exist and were not run here: {sum(hidden.values())} ({per}).",
+                                   100, subsequent_indent="  ")
             lines.append("  They check the same contract with other sizes and values; passing every")
             lines.append("  public test here is not your grade.")
         return "\n".join(lines)
