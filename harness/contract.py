@@ -68,10 +68,6 @@ class Adapter:
         return inspect.signature(self.spec)
 
     @property
-    def tensor_args(self) -> list[str]:
-        return [n for n, p in self.signature.parameters.items() if _is_tensor(p.annotation)]
-
-    @property
     def float_args(self) -> list[str]:
         """Arguments that carry gradients: floating-point tensors and weight dicts."""
         return [n for n, p in self.signature.parameters.items()

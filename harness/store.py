@@ -114,14 +114,10 @@ class Term:
 
     def expected(self, case: Case):
         """The stored result: a tensor, or a dict for functions that return one."""
-        return self.expected_from(self.tensors(case))
-
-    @staticmethod
-    def expected_from(stored: dict):
+        stored = self.tensors(case)
         if "out" in stored:
             return stored["out"]
-        counts = unflatten(stored, "out")
-        return {k: v.item() for k, v in counts.items()} if counts else None
+        return {k: v.item() for k, v in unflatten(stored, "out").items()}
 
 
 def unflatten(stored: dict, prefix: str) -> dict:
