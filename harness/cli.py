@@ -7,6 +7,10 @@ from pathlib import Path
 from harness.store import FixtureError, Term, list_terms
 
 
+class BadSetup(Exception):
+    """Raised by commands that cannot run as asked (see harness.grade)."""
+
+
 def project_root() -> Path:
     """The directory with the pyproject.toml that declares [tool.harness]."""
     for folder in [Path.cwd(), *Path.cwd().parents]:
@@ -47,7 +51,10 @@ def main(argv=None) -> int:
     grade.add_argument("--out", type=Path, required=True, help="results.json + junit.xml per submission, grades.csv")
     grade.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
     grade.add_argument("--timeout", type=float, default=600, help="seconds per submission (default 600)")
-    grade.add_argument("--case-timeout", type=float, default=30, help="seconds per test (default 30)")
+    grade.add_argument("--case-timeout", type=float, default=30,
+                       help="CPU seconds one call of the submission's code may use (default 30)")
+    grade.add_argument("--require-confinement", action="store_true",
+                       help="refuse to grade unless the bubblewrap sandbox (and, as root, the uid drop) is available")
     grade.add_argument("--memory-mb", type=int, default=4096, help="address-space cap per submission (default 4096)")
 
     contract = sub.add_parser("contract", help="render adapters.py and reference/adapters.py from the contract")
@@ -60,7 +67,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return COMMANDS[(args.command, getattr(args, "action", None))](root, args)
-    except (FixtureError, FileExistsError, ValueError) as e:
+    except (FixtureError, FileExistsError, ValueError, BadSetup) as e:
         print(f"harness: {e}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as e:
@@ -124,7 +131,8 @@ def grade_cmd(root: Path, args) -> int:
             bar = "#" * (30 * done // total)
             print(f"\r[{bar:<30}] {done}/{total} {result.name[:30]:<30}", end="", file=sys.stderr, flush=True)
     graded = grade_all(root, args.submissions, args.term, args.out, args.jobs, args.timeout,
-                       args.case_timeout, args.memory_mb, progress)
+                       args.case_timeout, args.memory_mb, progress, args.require_confinement,
+                       announce=lambda text: print(f"harness grade: {text}", file=sys.stderr))
     if tty:
         print(file=sys.stderr)
     for g in graded:

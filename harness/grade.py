@@ -1,41 +1,52 @@
-"""Batch grading: each submission runs the official suite in its own subprocess.
+"""Batch grading: a trusted driver per slot, a confined worker per submission.
 
-A sandbox per submission holds the grader's own tests, pyproject and fixtures (public
-and hidden, written from the copy verified when grading started), plus only the
-student's `adapters.py` and `student/`. The subprocess gets a memory cap, a file-size
-cap, a per-test and a per-submission timeout, and its own process group. Results are
-logged test by test, so a run that hangs or dies (os._exit, a segfault) still scores
-what it finished; the grader then resumes after the test that killed it.
-
-What this does not do: it does not drop privileges or cut the network (a submission
-runs as the grader's user, with the grader's network). Run `grade` inside a container
-or as an unprivileged user, as the Gradescope templates in gradescope/ do per submission.
+Each submission is first checked and copied (archives are vetted entry by entry
+before anything is extracted; only `adapters.py` and `student/`, regular files only,
+are kept). `--jobs N` driver processes (harness/drive.py) then take submissions one
+at a time and run the official suite against the submission's sandboxed worker
+(harness/sandbox.py, harness/worker.py). The driver holds the answers, compares and
+writes the verdicts; the submission's code never shares a process with them. One bad
+submission gets a status and a results.json, and the rest of the batch is graded;
+`grades.csv` is written once every submission's processes are dead.
 """
 
 import csv
 import json
 import os
-import resource
+import queue
 import shutil
-import signal
+import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
+from harness.cli import BadSetup
 from harness.contract import ADAPTERS
+from harness.sandbox import Protections
 from harness.store import Term
 
-OUTPUT_LIMIT = 20_000   # characters of a submission's own output kept for the report
-FILE_LIMIT = 64 << 20   # bytes any file the submission writes may reach
-MAX_RESUMES = 200  # bounded in practice by the submission timeout
-CRASHED = ("the test process died during this test (os._exit, a segfault, or the memory cap); "
-           "the grader resumed with the tests after it")
+MAX_ENTRIES = 2000          # files in one submission
+MAX_FILE = 16 << 20         # bytes in one file
+MAX_TOTAL = 64 << 20        # bytes in one submission, unpacked
+UNITS = 10_000              # points are split in 1/10,000ths, so per-test shares add up exactly
+STATUS_NOTES = {
+    "ok": "",
+    "timeout": "The submission ran out of time; unfinished tests score 0.\n",
+    "no-adapters": "No adapters.py was found at the top of the submission.\n",
+    "bad-submission": "The submission could not be graded as sent: see the output.\n",
+    "collection-error": "The tests could not start: see the output.\n",
+    "grader-error": "The grader failed on this submission; please tell the course staff.\n",
+}
+
+
+class BadSubmission(Exception):
+    """A submission that is refused before any of its code runs."""
 
 
 @dataclass
@@ -51,171 +62,192 @@ class Test:
 class Graded:
     name: str
     tests: list[Test] = field(default_factory=list)
-    status: str = "ok"          # ok, timeout, crashed, no-adapters
+    status: str = "ok"          # a key of STATUS_NOTES
     output: str = ""
     tampered: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def scores(self) -> dict[str, tuple[float, float]]:
-        """Per test id: (score, max_score). Each function's points split evenly over its tests."""
-        per_function: dict[str, int] = {}
+        """Per test id: (score, max_score). A function's points split over its tests, summing exactly."""
+        by_function: dict[str, list[Test]] = {}
         for t in self.tests:
-            per_function[t.adapter] = per_function.get(t.adapter, 0) + 1
+            by_function.setdefault(t.adapter, []).append(t)
         out = {}
-        for t in self.tests:
-            share = ADAPTERS[t.adapter].points / per_function[t.adapter] if t.adapter in ADAPTERS else 0.0
-            out[t.id] = (share if t.outcome == "passed" else 0.0, share)
+        for fn, tests in by_function.items():
+            total = ADAPTERS[fn].points * UNITS if fn in ADAPTERS else 0
+            base, extra = divmod(total, len(tests))
+            for i, t in enumerate(tests):
+                share = (base + (i < extra)) / UNITS
+                out[t.id] = (share if t.outcome == "passed" else 0.0, share)
         return out
 
     @property
     def score(self) -> float:
-        return sum(s for s, _ in self.scores().values())
+        return round(sum(s for s, _ in self.scores().values()), 4)
 
 
 class Grader:
-    def __init__(self, project: Path, term: str, timeout: float, case_timeout: float, memory_mb: int):
+    def __init__(self, project: Path, term: str, timeout: float, case_timeout: float, memory_mb: int,
+                 require_confinement: bool = False):
         self.project, self.term_name = project, term
-        self.timeout, self.case_timeout, self.memory_mb = timeout, case_timeout, memory_mb
-        Term(project, term, hidden=True)  # verify hashes before anything is copied
+        self.settings = {"timeout": timeout, "case_timeout": case_timeout, "memory_mb": memory_mb}
+        Term(project, term, hidden=True)  # verify hashes before grading anything
+        self.protections = Protections.detect()
+        if require_confinement and not (self.protections.confined and
+                                        (self.protections.uid_drop or os.geteuid() != 0)):
+            raise BadSetup(f"--require-confinement: {self.protections.describe()}")
         folder = project / "fixtures" / term
-        # The official bytes, read once: a submission that writes to files later changes nothing.
         self.official = {p.relative_to(project): p.read_bytes()
                          for p in [*folder.rglob("*"), *(project / "tests").rglob("*.py"), project / "pyproject.toml"]
                          if p.is_file() and "__pycache__" not in p.parts}
+        self.work = Path(tempfile.mkdtemp(prefix="grading-"))
+        os.chmod(self.work, 0o755)
 
-    def grade(self, submission: Path) -> Graded:
+    def prepare(self, submission: Path) -> tuple[Graded, Path | None]:
+        """Vet and copy one submission; the copy holds only adapters.py and student/."""
         graded = Graded(submission.name.removesuffix(".zip"))
-        start = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
-            root = _unpack(submission, Path(tmp) / "submission")
+        unpacked = self.work / f"unpacked-{graded.name}"
+        copy = self.work / f"submission-{graded.name}"
+        try:
+            root = _unpack(submission, unpacked)
             graded.tampered = self._tampered(root)
-            sandbox = Path(tmp) / "sandbox"
-            if root is None or not (root / "adapters.py").is_file():
-                graded.status = "no-adapters"
-            self._run(root, sandbox, graded)
-        graded.seconds = time.monotonic() - start
-        return graded
+            _copy_code(root, copy)
+        except BadSubmission as e:
+            graded.status = "no-adapters" if "no adapters.py" in str(e) else "bad-submission"
+            graded.output = str(e)
+            return graded, None
+        finally:
+            shutil.rmtree(unpacked, ignore_errors=True)
+        return graded, copy
 
-    def _tampered(self, root: Path | None) -> list[str]:
+    def _tampered(self, root: Path) -> list[str]:
         """Official files the submission carries with other contents (reported, never used)."""
-        if root is None:
-            return []
         changed = []
         for rel, data in self.official.items():
             theirs = root / rel
-            if theirs.is_file() and theirs.read_bytes() != data:
+            if theirs.is_file() and not theirs.is_symlink() and theirs.stat().st_size <= MAX_FILE \
+                    and theirs.read_bytes() != data:
                 changed.append(str(rel))
         return changed
 
-    def _fresh_sandbox(self, root: Path | None, sandbox: Path) -> None:
-        shutil.rmtree(sandbox, ignore_errors=True)
-        for rel, data in self.official.items():
-            (sandbox / rel).parent.mkdir(parents=True, exist_ok=True)
-            (sandbox / rel).write_bytes(data)
-        if root is not None:
-            if (root / "adapters.py").is_file():
-                shutil.copy2(root / "adapters.py", sandbox / "adapters.py")
-            if (root / "student").is_dir():
-                shutil.copytree(root / "student", sandbox / "student",
-                                ignore=shutil.ignore_patterns("__pycache__"))
-
-    def _run(self, root: Path | None, sandbox: Path, graded: Graded) -> None:
-        deadline = time.monotonic() + self.timeout
-        done: dict[str, Test] = {}
-        collected: list[Test] = []
-        for _ in range(MAX_RESUMES + 1):
-            self._fresh_sandbox(root, sandbox)  # fixtures are fresh for every resume too
-            log = sandbox / "results.jsonl"
-            cmd = [sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", "--hidden",
-                   "--term", self.term_name, "--adapters", "adapters", "--case-timeout", str(self.case_timeout),
-                   "--results-log", str(log), *[f"--deselect={t}" for t in done]]
-            remaining = deadline - time.monotonic()
-            code, output = self._subprocess(cmd, sandbox, remaining)
-            graded.output = (graded.output + output)[-OUTPUT_LIMIT:]
-            events = _read_log(log)
-            for e in events:
-                if e["event"] == "collected" and not collected:
-                    collected = [Test(t["id"], t["adapter"], t["hidden"]) for t in e["tests"]]
-                elif e["event"] == "result":
-                    done[e["id"]] = Test(e["id"], None, False, e["outcome"], e["message"])
-            finished = any(e["event"] == "finished" for e in events)
-            if code == "timeout":
-                graded.status = "timeout"
-                break
-            if finished or not collected:
-                break
-            # The process died mid-test: the last test started without a result killed it.
-            started = [e["id"] for e in events if e["event"] == "start" and e["id"] not in done]
-            if not started:
-                break
-            graded.status = "crashed"
-            done[started[-1]] = Test(started[-1], None, False, "failed", CRASHED)
-        for t in collected:
-            if t.id in done:
-                t.outcome, t.message = done[t.id].outcome, done[t.id].message
-            elif graded.status == "timeout":
-                t.outcome, t.message = "failed", f"the submission ran out of its {self.timeout:g} s before this test"
-            else:
-                t.outcome, t.message = "failed", "not run: the test process ended before reaching this test"
-        graded.tests = collected
-        if not collected:
-            graded.status = graded.status if graded.status != "ok" else "collection-error"
-
-    def _subprocess(self, cmd: list[str], cwd: Path, seconds: float) -> tuple[str | int, str]:
-        limit = self.memory_mb << 20
-
-        def contain():
-            os.setsid()  # its own process group, so a timeout kills children too
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-            resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "PYTEST"))}
-        env.update(PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(cwd))
-        with tempfile.TemporaryFile() as out:
-            proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                    preexec_fn=contain, stdin=subprocess.DEVNULL)
-            try:
-                code = proc.wait(timeout=max(seconds, 1))
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                code = "timeout"
-            out.seek(0, os.SEEK_END)
-            size = out.tell()
-            out.seek(max(0, size - OUTPUT_LIMIT))
-            return code, out.read().decode("utf-8", "replace")
+    def record(self, graded: Graded, result: dict) -> None:
+        graded.tests = [Test(t["id"], t["adapter"], t["hidden"], t["outcome"], t["message"])
+                        for t in result["tests"]]
+        graded.output = result["output"]
+        if result.get("timed_out"):
+            graded.status = "timeout"
+        elif not graded.tests:
+            graded.status = "collection-error"
+            graded.output += result.get("log", "")
 
 
-def _unpack(submission: Path, into: Path) -> Path | None:
-    """The folder of the student's repository: the submission itself, or its zip, unpacked safely."""
+class Driver:
+    """One trusted driver process (a grading slot), fed one submission at a time."""
+
+    def __init__(self, slot: int):
+        self.slot = slot
+        self.process = None
+
+    def grade(self, grader: Grader, copy: Path) -> dict:
+        if self.process is None or self.process.poll() is not None:
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "PYTEST"))}
+            self.process = subprocess.Popen([sys.executable, "-m", "harness.drive"], cwd=grader.project, env=env,
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        job = {"project": str(grader.project), "term": grader.term_name, "submission": str(copy),
+               "slot": self.slot, "settings": grader.settings}
+        self.process.stdin.write(json.dumps(job) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            self.process.wait()
+            raise RuntimeError(f"the grading driver exited with {self.process.returncode}")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.stdin.close()
+            self.process.wait()
+
+
+def _unpack(submission: Path, into: Path) -> Path:
+    """The folder of the student's repository: the submission itself, or its zip, vetted then unpacked."""
+    if submission.is_symlink():
+        raise BadSubmission(f"{submission.name} is a symbolic link")
     if submission.is_dir():
-        into = submission
+        root = submission
     elif zipfile.is_zipfile(submission):
-        with zipfile.ZipFile(submission) as z:
-            for member in z.namelist():
-                target = (into / member).resolve()
-                if not target.is_relative_to(into.resolve()):
-                    raise ValueError(f"{submission}: zip entry {member!r} escapes the folder")
-            z.extractall(into)
+        _extract(submission, into)
+        root = into
     else:
-        return None
-    if (into / "adapters.py").is_file():
-        return into
-    nested = [p.parent for p in into.glob("*/adapters.py")]
-    return nested[0] if len(nested) == 1 else into
+        raise BadSubmission(f"{submission.name} is neither a folder nor a zip archive")
+    if not (root / "adapters.py").exists() and not (root / "adapters.py").is_symlink():
+        nested = [p.parent for p in root.glob("*/adapters.py")]
+        root = nested[0] if len(nested) == 1 else root
+    adapters = root / "adapters.py"
+    if adapters.is_symlink():
+        raise BadSubmission("adapters.py is a symbolic link; submit the file itself")
+    if not adapters.is_file():
+        raise BadSubmission("no adapters.py at the top of the submission")
+    return root
 
 
-def _read_log(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    events = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError:
-            break  # a line cut short by a crash
-    return events
+def _extract(archive: Path, into: Path) -> None:
+    """Check every entry before extracting any: no traversal, absolute paths, links, bombs."""
+    try:
+        with zipfile.ZipFile(archive) as z:
+            infos = z.infolist()
+            if len(infos) > MAX_ENTRIES:
+                raise BadSubmission(f"the archive has {len(infos):,} entries (at most {MAX_ENTRIES:,})")
+            total = 0
+            for info in infos:
+                name = info.filename
+                parts = Path(name).parts
+                if name.startswith(("/", "\\")) or ".." in parts or (len(name) > 1 and name[1] == ":"):
+                    raise BadSubmission(f"archive entry {name!r} points outside the submission")
+                if stat.S_ISLNK(info.external_attr >> 16):
+                    raise BadSubmission(f"archive entry {name!r} is a symbolic link")
+                if info.file_size > MAX_FILE:
+                    raise BadSubmission(f"archive entry {name!r} is {info.file_size:,} bytes (at most {MAX_FILE:,})")
+                total += info.file_size
+            if total > MAX_TOTAL:
+                raise BadSubmission(f"the archive unpacks to {total:,} bytes (at most {MAX_TOTAL:,})")
+            into.mkdir(parents=True)
+            for info in infos:
+                target = into / info.filename
+                if info.is_dir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with z.open(info) as src, target.open("wb") as dst:
+                    data = src.read(info.file_size + 1)  # sizes in headers can lie: read one byte more
+                    if len(data) > info.file_size:
+                        raise BadSubmission(f"archive entry {info.filename!r} is larger than its header says")
+                    dst.write(data)
+    except (zipfile.BadZipFile, OSError, RuntimeError, NotImplementedError) as e:
+        raise BadSubmission(f"the archive could not be read: {e}") from None
+
+
+def _copy_code(root: Path, copy: Path) -> None:
+    """adapters.py and student/, regular files only, readable by the worker's uid."""
+    copy.mkdir(parents=True)
+    files = [root / "adapters.py"]
+    if (root / "student").is_dir() and not (root / "student").is_symlink():
+        for path in sorted((root / "student").rglob("*")):
+            if "__pycache__" in path.parts:
+                continue
+            if path.is_symlink():
+                raise BadSubmission(f"{path.relative_to(root)} is a symbolic link; submit the file itself")
+            if path.is_file():
+                files.append(path)
+    if len(files) > MAX_ENTRIES or sum(f.stat().st_size for f in files) > MAX_TOTAL:
+        raise BadSubmission("adapters.py and student/ are too large to grade")
+    for path in files:
+        target = copy / path.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        os.chmod(target, 0o644)
+    for folder in [copy, *[p for p in copy.rglob("*") if p.is_dir()]]:
+        os.chmod(folder, 0o755)
 
 
 # ---------------------------------------------------------------- outputs
@@ -223,10 +255,9 @@ def _read_log(path: Path) -> list[dict]:
 def results_json(graded: Graded, term: str) -> dict:
     """Gradescope's results format. Hidden tests show after grades are published."""
     scores = graded.scores()
-    status_note = {"ok": "", "timeout": "The submission ran out of time; unfinished tests score 0.\n",
-                   "crashed": "The test process died during a test (see that test); the rest were resumed.\n",
-                   "no-adapters": "No adapters.py was found at the top of the submission.\n",
-                   "collection-error": "The tests could not start: see the output.\n"}[graded.status]
+    status_note = STATUS_NOTES[graded.status]
+    if graded.status in ("bad-submission", "no-adapters", "grader-error"):
+        status_note += graded.output[:2000] + "\n"
     tests = []
     for t in graded.tests:
         score, max_score = scores[t.id]
@@ -268,25 +299,62 @@ def junit_xml(graded: Graded) -> str:
 
 def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs: int = 1,
               timeout: float = 600.0, case_timeout: float = 30.0, memory_mb: int = 4096,
-              progress=None) -> list[Graded]:
-    grader = Grader(project, term, timeout, case_timeout, memory_mb)
-    out.mkdir(parents=True, exist_ok=True)
+              progress=None, require_confinement: bool = False, announce=None) -> list[Graded]:
+    grader = Grader(project, term, timeout, case_timeout, memory_mb, require_confinement)
+    if announce:
+        announce(grader.protections.describe())
     names = [s.name.removesuffix(".zip") for s in submissions]
     if len(set(names)) != len(names):
         raise ValueError("two submissions share a name; their results would overwrite each other")
-    graded: list[Graded] = []
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for result in pool.map(grader.grade, submissions):
-            folder = out / result.name
-            folder.mkdir(exist_ok=True)
-            (folder / "results.json").write_text(json.dumps(results_json(result, term), indent=1))
-            (folder / "junit.xml").write_text(junit_xml(result))
-            (folder / "output.txt").write_text(result.output)
-            graded.append(result)
-            if progress:
-                progress(len(graded), len(submissions), result)
-    _write_csv(out / "grades.csv", graded)
-    return graded
+    out.mkdir(parents=True, exist_ok=True)
+    todo: queue.Queue = queue.Queue()
+    for submission in submissions:
+        todo.put(submission)
+    graded: dict[str, Graded] = {}
+    lock = threading.Lock()
+
+    def work(slot: int) -> None:
+        driver = Driver(slot)
+        try:
+            while True:
+                try:
+                    submission = todo.get_nowait()
+                except queue.Empty:
+                    return
+                start = time.monotonic()
+                result, copy = grader.prepare(submission)
+                if copy is not None:
+                    try:
+                        grader.record(result, driver.grade(grader, copy))
+                    except (RuntimeError, ValueError, OSError) as e:
+                        result.status, result.output = "grader-error", str(e)
+                    finally:
+                        shutil.rmtree(copy, ignore_errors=True)
+                result.seconds = time.monotonic() - start
+                _write_results(out / result.name, result, term)
+                with lock:
+                    graded[result.name] = result
+                    if progress:
+                        progress(len(graded), len(submissions), result)
+        finally:
+            driver.close()
+
+    threads = [threading.Thread(target=work, args=(slot,)) for slot in range(max(1, jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    shutil.rmtree(grader.work, ignore_errors=True)
+    ordered = [graded[name] for name in names]
+    _write_csv(out / "grades.csv", ordered)  # every driver is done: no submission process is left
+    return ordered
+
+
+def _write_results(folder: Path, graded: Graded, term: str) -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / "results.json").write_text(json.dumps(results_json(graded, term), indent=1))
+    (folder / "junit.xml").write_text(junit_xml(graded))
+    (folder / "output.txt").write_text(graded.output)
 
 
 def _write_csv(path: Path, graded: list[Graded]) -> None:

@@ -115,8 +115,9 @@ def term(request) -> Term:
 
 @pytest.fixture(scope="session")
 def _adapters_or_error(request):
+    remote = request.config.pluginmanager.get_plugin("harness-remote")  # grading: a confined worker
     try:
-        return Adapters(_state(request.config)["target"])
+        return remote.adapters() if remote else Adapters(_state(request.config)["target"])
     except AdaptersError as e:
         return e
 

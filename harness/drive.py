@@ -1,0 +1,87 @@
+"""The trusted grading driver: the official suite, run here, against a confined worker.
+
+`python -m harness.drive` is started by `harness grade`, one process per parallel
+slot. It reads one JSON line per submission on stdin, runs the student suite in its
+own process with the adapters served by that submission's sandboxed worker
+(harness/remote.py), and writes one JSON line of results on stdout. It holds the
+term, compares, diagnoses and reports; it never imports the submission's code.
+Visible tests run first, then hidden cases in a fresh worker whose output is dropped.
+"""
+
+import contextlib
+import io
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.plugin import ADAPTER
+from harness.remote import Link, RemoteFunctions
+from harness.runtime import Adapters
+from harness.sandbox import Protections, Sandbox
+
+
+class Grading:
+    """A pytest plugin: serves the remote adapters and records every verdict."""
+
+    __name__ = "harness-remote"  # how harness.plugin finds it
+
+    def __init__(self, link: Link):
+        self.link = link
+        self.tests: dict[str, dict] = {}
+
+    def adapters(self) -> Adapters:
+        return Adapters("the submission's adapters.py", module=RemoteFunctions(self.link))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items):
+        for item in items:
+            case = getattr(item, "callspec", None) and item.callspec.params.get("fixture_check", (None,))[0]
+            self.tests[item.nodeid] = {"id": item.nodeid, "adapter": item.stash.get(ADAPTER, None),
+                                       "hidden": bool(case and case.hidden), "outcome": "not run", "message": ""}
+        items.sort(key=lambda item: self.tests[item.nodeid]["hidden"])  # stable: course order within each
+
+    def pytest_runtest_setup(self, item):
+        self.link.enter("hidden" if self.tests[item.nodeid]["hidden"] else "public")
+
+    def pytest_runtest_logreport(self, report):
+        test = self.tests.get(report.nodeid)
+        if test is not None and (report.when == "call" or report.failed):
+            test["outcome"] = report.outcome
+            test["message"] = str(report.longrepr)[:4000] if report.failed else ""
+
+
+def grade(project: Path, term: str, submission: Path, slot: int, settings: dict, protections: Protections) -> dict:
+    sandbox = Sandbox(submission, protections, slot, settings["memory_mb"], settings["timeout"])
+    link = Link(sandbox, settings["case_timeout"], deadline=time.monotonic() + settings["timeout"])
+    plugin = Grading(link)
+    argv = [str(project / "tests"), "-q", "-p", "no:cacheprovider", "--rootdir", str(project),
+            "--hidden", "--term", term, "--case-timeout", "0"]
+    log = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            code = pytest.main(argv, plugins=[plugin])
+    finally:
+        output = sandbox.close(link.visible_output)  # every process of the submission is dead after this
+    return {"exit": int(code), "tests": list(plugin.tests.values()), "output": output,
+            "timed_out": link.timed_out, "log": log.getvalue()[-4000:] if not plugin.tests else ""}
+
+
+def main() -> None:
+    # Replies go on the real stdout; anything else that writes to fd 1 goes to stderr.
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    protections = Protections.detect()
+    for line in sys.stdin:
+        job = json.loads(line)
+        result = grade(Path(job["project"]), job["term"], Path(job["submission"]), job["slot"], job["settings"],
+                       protections)
+        replies.write(json.dumps(result) + "\n")
+        replies.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""The grader's side of a submission's worker: adapter calls as data, across a socket.
+
+`RemoteFunctions(link)` stands where the adapters module would: `runtime.Adapters`
+wraps it exactly as it wraps a local module, so every test, contract check and
+comparison runs unchanged, in the grader's process, on plain tensors that came back
+over the wire. Gradients cross too: a result that needs them is tied into the
+grader's autograd graph, and its backward asks the worker for the vector-Jacobian
+product. A module the submission returns stays in the worker; `RemoteModule` is its
+stand-in, and probes (allocation size, meta device) run in the worker over it.
+
+Verdicts that rest on the worker's own report: parameter and buffer listings, the
+meta-device probe and the largest-allocation probe. Values, gradients and counts are
+compared here.
+"""
+
+import select
+import time
+
+import torch
+
+from harness import wire
+from harness.contract import ADAPTERS
+from harness.probes import Allocation, DeviceMismatch
+from harness.runtime import AdaptersError
+from harness.sandbox import Sandbox
+
+FAST = 0.2  # seconds: a reply this quick needs no CPU accounting
+
+
+class StudentCodeError(AdaptersError):
+    """The submission's code raised, or its worker died, during a call."""
+
+
+class Link:
+    """Requests to one submission's current worker, in one phase: "public", then "hidden"."""
+
+    def __init__(self, sandbox: Sandbox, case_timeout: float, deadline: float | None = None):
+        self.sandbox, self.case_timeout, self.deadline = sandbox, case_timeout, deadline
+        self.timed_out = False  # the whole submission ran out of time
+        self.phase = "public"
+        self.sock = None
+        self.visible_output = None  # bytes of worker output before the hidden phase began
+
+    def enter(self, phase: str) -> None:
+        """Switch phase; a hidden-case worker starts only once every visible-test process is dead."""
+        if phase == self.phase:
+            return
+        self._drop_worker()
+        if phase == "hidden" and self.visible_output is None:
+            self.visible_output = self.sandbox.output_size()
+        self.phase = phase
+
+    def request(self, **message) -> dict:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            self.timed_out = True
+            raise TimeoutError("the submission ran out of its time limit before this test")
+        if self.sock is None:
+            self.sock = self.sandbox.fork(self.phase)
+        try:
+            wire.send(self.sock, message)
+            reply = self._wait()
+        except (OSError, wire.WireError):
+            self._drop_worker()
+            raise StudentCodeError("the worker process died during this call (it exited, crashed, or hit the "
+                                   "memory limit); the next test runs in a fresh worker") from None
+        if "error" in reply:
+            raise self._error(reply["error"])
+        return reply
+
+    def _wait(self) -> dict:
+        start, cpu_start = time.monotonic(), None
+        while not select.select([self.sock], [], [], FAST)[0]:
+            cpu = self.sandbox.cpu_seconds_used()
+            cpu_start = cpu if cpu_start is None else cpu_start
+            used = cpu - cpu_start + FAST
+            if used > self.case_timeout or time.monotonic() - start > 5 * self.case_timeout + 30:
+                self._drop_worker()
+                raise TimeoutError(f"the call did not finish within {self.case_timeout:g} s of CPU time: look for "
+                                   "an infinite loop, or work that grows far faster than the input. The next "
+                                   "test runs in a fresh worker.")
+        return wire.recv(self.sock)
+
+    def _drop_worker(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        self.sandbox.kill_workers()
+
+    def _error(self, error: dict) -> Exception:
+        kind, message = str(error.get("type", "Exception")), str(error.get("message", ""))
+        if self.phase == "hidden":  # a hidden case's inputs could be in the message
+            return (NotImplementedError if kind == "NotImplementedError" else StudentCodeError)(
+                f"{kind} raised on a hidden case")
+        if kind == "NotImplementedError":
+            return NotImplementedError(message)
+        if kind == "DeviceMismatch":
+            return DeviceMismatch(message)
+        where = f"\n{error['traceback'].rstrip()}" if error.get("traceback") else ""
+        return StudentCodeError(f"{kind}: {message}{where}")
+
+
+class RemoteFunctions:
+    """The adapters module, as seen from the grader."""
+
+    def __init__(self, link: Link):
+        self.link = link
+
+    def __getattr__(self, name: str):
+        if name not in ADAPTERS:
+            raise AttributeError(name)
+        return RemoteFunction(self.link, name)
+
+
+class RemoteFunction:
+    def __init__(self, link: Link, name: str):
+        self.link, self.name = link, name
+        self.signature = ADAPTERS[name].signature
+
+    def __call__(self, *args, **kwargs):
+        kwargs = self.signature.bind(*args, **kwargs).arguments
+        reply = self.link.request(op="call", name=self.name, kwargs=kwargs)
+        with torch.no_grad():  # mirror in-place writes, so the mutation check sees them
+            leaves = dict(wire.leaves(kwargs))
+            for path, value in reply.get("mutated", {}).items():
+                if path in leaves and leaves[path].shape == value.shape:
+                    leaves[path].copy_(value)
+        wrt = [t for _, t in wire.leaves(kwargs) if t.requires_grad]
+        return _result(self.link, reply, wrt)
+
+    def remote_probe(self, kind: str, *args):
+        return _probe(self.link, kind, {"function": self.name}, args)
+
+
+class RemoteModule(torch.nn.Module):
+    """Stand-in for a module that lives in the worker. Parameters are fetched once as
+    local leaves, so `.grad` fills in after a backward through `module(x)`."""
+
+    def __init__(self, link: Link, handle: int):
+        super().__init__()
+        self._link, self._handle, self._params = link, handle, None
+
+    def _ask(self, method: str, *args):
+        return self._link.request(op="module", handle=self._handle, method=method, args=list(args))
+
+    def forward(self, *args):
+        params = list(self.parameters())
+        return _result(self._link, self._ask("forward", *args), [p for p in params if p.requires_grad])
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        if self._params is None:
+            fetched = self._ask("named_parameters")["value"]
+            self._params = {n: t.detach().requires_grad_(t.is_floating_point()) for n, t in fetched.items()}
+        return iter((prefix + n, p) for n, p in self._params.items())
+
+    def parameters(self, recurse: bool = True):
+        return (p for _, p in self.named_parameters())
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        return iter((prefix + n, b) for n, b in self._ask("named_buffers")["value"].items())
+
+    def buffers(self, recurse: bool = True):
+        return (b for _, b in self.named_buffers())
+
+    def state_dict(self, *args, **kwargs):
+        return dict(self._ask("state_dict")["value"])
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        self._ask("load_state_dict", dict(state_dict))
+        self._params = None
+        return torch.nn.modules.module._IncompatibleKeys([], [])
+
+    def train(self, mode: bool = True):
+        self._ask("train", bool(mode))
+        return self
+
+    def to(self, *args, **kwargs):
+        device = torch._C._nn._parse_to(*args, **kwargs)[0]
+        if device is not None:
+            self._ask("to", str(device))
+            self._params = None
+        return self
+
+    def remote_probe(self, kind: str, *args):
+        return _probe(self._link, kind, {"module": self._handle}, args)
+
+    def extra_repr(self) -> str:
+        return f"in the worker, handle {self._handle}"
+
+
+class _FromWorker(torch.autograd.Function):
+    """A worker's result as a node of the grader's graph; backward asks the worker."""
+
+    @staticmethod
+    def forward(ctx, link, handle, holder, *inputs):
+        ctx.link, ctx.handle, ctx.shapes = link, handle, [t.shape for t in inputs]
+        return holder[0]
+
+    @staticmethod
+    def backward(ctx, cotangent):
+        grads = ctx.link.request(op="vjp", handle=ctx.handle, cotangent=cotangent.contiguous())["grads"]
+        if len(grads) != len(ctx.shapes) or any(
+                g is not None and (not isinstance(g, torch.Tensor) or g.shape != s) for g, s in zip(grads, ctx.shapes)):
+            raise StudentCodeError("the worker returned gradients that do not match the inputs")
+        return (None, None, None, *grads)
+
+
+def _result(link: Link, reply: dict, wrt: list):
+    if "module" in reply:
+        return RemoteModule(link, int(reply["module"]))
+    value = reply.get("value")
+    if isinstance(value, torch.Tensor) and "graph" in reply and wrt:
+        return _FromWorker.apply(link, int(reply["graph"]), [value], *wrt)
+    return value
+
+
+def _probe(link: Link, kind: str, target: dict, args: tuple):
+    reply = link.request(op="probe", kind=kind, target=target, args=list(args))
+    if kind == "allocation":
+        largest = reply.get("largest")
+        found = None if largest is None else Allocation(
+            str(largest["op"]), [int(s) for s in largest["shape"]], getattr(torch, str(largest["dtype"])))
+        return reply.get("value"), found
+    return reply.get("value")

@@ -1,0 +1,128 @@
+"""The grader <-> worker message format: a JSON header and a safetensors blob, never pickle.
+
+A message is a length-prefixed JSON document whose tensors are replaced by
+references into one safetensors blob sent after it. Decoding therefore builds only
+plain JSON values and plain `torch.Tensor`s: nothing the sender controls can run
+code in the receiver, and a Tensor subclass cannot cross. Layouts survive the trip
+(a transposed or permuted view arrives as the same view of a contiguous tensor), and
+meta tensors travel as shape and dtype alone.
+"""
+
+import json
+import socket
+import struct
+
+import torch
+from safetensors.torch import load, save
+
+MAX_MESSAGE = 512 << 20  # bytes; a larger message is refused, not allocated
+_HEAD = struct.Struct("!QQ")
+
+
+class WireError(Exception):
+    """A message that is malformed, too large, or cut short (the peer died)."""
+
+
+def send(sock: socket.socket, value) -> None:
+    tensors: dict[str, torch.Tensor] = {}
+    header = json.dumps(_encode(value, tensors)).encode()
+    blob = save(tensors) if tensors else b""
+    sock.sendall(_HEAD.pack(len(header), len(blob)) + header + blob)
+
+
+def recv(sock: socket.socket):
+    head_len, blob_len = _HEAD.unpack(_read(sock, _HEAD.size))
+    if head_len + blob_len > MAX_MESSAGE:
+        raise WireError(f"a message of {head_len + blob_len:,} bytes exceeds the {MAX_MESSAGE:,}-byte limit")
+    header = json.loads(_read(sock, head_len))
+    tensors = load(_read(sock, blob_len)) if blob_len else {}
+    return _decode(header, tensors)
+
+
+def leaves(tree, prefix: str = ""):
+    """(path, tensor) for every tensor of a call's arguments; dict entries as "arg/key"."""
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            yield from leaves(value, f"{prefix}{key}/")
+        elif isinstance(value, torch.Tensor):
+            yield prefix + key, value
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    chunks, left = [], n
+    while left:
+        chunk = sock.recv(min(left, 1 << 20))
+        if not chunk:
+            raise WireError("the connection closed mid-message")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _encode(value, tensors: dict):
+    if isinstance(value, torch.Tensor):
+        if type(value) is not torch.Tensor and not isinstance(value, torch.nn.Parameter):
+            raise TypeError(f"a {type(value).__name__} (a Tensor subclass) cannot be sent; return a plain tensor")
+        t = value.detach()
+        if t.device.type == "meta":
+            return {"$meta": list(t.shape), "dtype": _dtype_name(t.dtype)}
+        if t.is_complex():
+            raise TypeError(f"complex tensors ({t.dtype}) cannot be sent; return a real tensor")
+        perm = _layout(t)
+        key = f"t{len(tensors)}"
+        tensors[key] = t.permute(perm).contiguous().cpu() if perm else t.contiguous().cpu()
+        return {"$t": key, "perm": perm, "grad": value.requires_grad}
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError("dict keys must be strings")
+        return {"$dict": {k: _encode(v, tensors) for k, v in value.items()}}
+    if isinstance(value, (list, tuple)):
+        return [_encode(v, tensors) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"a {type(value).__name__} cannot be sent")
+
+
+def _decode(value, tensors: dict):
+    if isinstance(value, list):
+        return [_decode(v, tensors) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "$t" in value:
+        t = tensors[value["$t"]]
+        if value.get("perm"):
+            t = t.permute(_inverse(value["perm"], t.dim()))
+        return t.requires_grad_() if value.get("grad") and t.is_floating_point() else t
+    if "$meta" in value:
+        return torch.empty([int(s) for s in value["$meta"]], dtype=_dtype(value["dtype"]), device="meta")
+    if "$dict" in value:
+        return {str(k): _decode(v, tensors) for k, v in value["$dict"].items()}
+    raise WireError(f"unknown value {sorted(value)[:3]}")
+
+
+def _layout(t: torch.Tensor) -> list[int] | None:
+    """The permutation that makes a permuted view contiguous, or None if it already is."""
+    if t.is_contiguous() or t.dim() < 2:
+        return None
+    perm = sorted(range(t.dim()), key=lambda i: -t.stride(i))
+    return perm if t.permute(perm).is_contiguous() else None
+
+
+def _inverse(perm: list, dim: int) -> list[int]:
+    if sorted(perm) != list(range(dim)):
+        raise WireError(f"bad permutation {perm} for a {dim}-D tensor")
+    inverse = [0] * dim
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return inverse
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, str(name), None)
+    if not isinstance(dtype, torch.dtype):
+        raise WireError(f"unknown dtype {name!r}")
+    return dtype

@@ -1,0 +1,247 @@
+"""The untrusted side of grading: the only process that imports a submission's code.
+
+It runs inside the sandbox (harness/sandbox.py) and sees nothing but Python, its
+packages, a read-only copy of the submission and a scratch folder. It never receives
+expected values, fixture files or case metadata: only the arguments of one call.
+
+    zygote  imports torch once, then forks a fresh worker on request: one for the
+            visible tests, then, once every visible-test process is dead, one for the
+            hidden cases (its output is discarded). A worker that crashed or timed out
+            is replaced the same way, so no half-imported module outlives a timeout.
+    worker  answers requests from the grader: call an adapter, the gradient of a
+            result (vector-Jacobian product), a method of a module it returned, or a
+            probe (allocation size, meta device) run over one of those.
+
+Only harness.wire and harness.probes are importable here; they are copied into the
+sandbox on their own, without the rest of the harness.
+"""
+
+import ctypes
+import os
+import signal
+import socket
+import sys
+import traceback
+
+import torch
+
+from harness import wire
+
+SUBMISSION = "/submission"  # where the sandbox mounts it; main() may say otherwise
+
+
+# ---------------------------------------------------------------- zygote
+
+def zygote(control_fd: int, namespace: bool) -> None:
+    """Fork workers on request. Non-dumpable, so a worker cannot read or patch its memory."""
+    _set_dumpable(False)
+    control = socket.socket(fileno=control_fd)
+    while True:
+        try:
+            request = wire.recv(control)
+        except wire.WireError:
+            return  # the grader hung up
+        _reap()
+        if request["op"] == "fork":
+            ours, theirs = socket.socketpair()
+            pid = os.fork()
+            if pid == 0:
+                control.close()
+                ours.close()
+                _become_worker(request["phase"])
+                serve(theirs)
+                os._exit(0)
+            theirs.close()
+            socket.send_fds(control, [b"w"], [ours.fileno()])
+            ours.close()
+        elif request["op"] == "kill":
+            _kill_all_but_me(namespace)
+            wire.send(control, {"killed": True})
+
+
+def _become_worker(phase: str) -> None:
+    _set_dumpable(True)
+    os.setsid()
+    if phase == "hidden":  # nothing a hidden-case worker prints reaches anyone
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        os.close(null)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    torch.manual_seed(0)  # a deterministic start; calls are not reseeded (dropout must still vary)
+
+
+def _kill_all_but_me(namespace: bool) -> None:
+    """Every other process of the sandbox: in a PID namespace that is all of /proc but pid 1."""
+    me = os.getpid()
+    for _ in range(3):
+        victims = [p for p in _pids() if p != me and (p != 1 if namespace else _descends_from(p, me))]
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        _reap()
+        if not victims:
+            return
+
+
+def _pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    for _ in range(64):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+    return False
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _set_dumpable(on: bool) -> None:
+    try:
+        ctypes.CDLL(None).prctl(4, int(on), 0, 0, 0)  # PR_SET_DUMPABLE
+    except (OSError, AttributeError):
+        pass
+
+
+# ---------------------------------------------------------------- worker
+
+class Worker:
+    def __init__(self):
+        self.adapters = None
+        self.import_error = None
+        self.graphs: dict[int, tuple] = {}    # handle -> (output, tensors it may be differentiated by)
+        self.modules: dict[int, torch.nn.Module] = {}
+        self.next_handle = 0
+
+    # -- requests
+
+    def call(self, name: str, kwargs: dict):
+        fn = getattr(self._adapters(), name, None)
+        if fn is None:
+            raise AttributeError(f"adapters.py has no function {name}")
+        before = {path: t.detach().clone() for path, t in wire.leaves(kwargs)}
+        out = fn(**kwargs)
+        mutated = {path: t.detach() for path, t in wire.leaves(kwargs) if not _same(before[path], t.detach())}
+        return {**self._result(out, [t for _, t in wire.leaves(kwargs) if t.requires_grad]), "mutated": mutated}
+
+    def vjp(self, handle: int, cotangent):
+        out, wrt = self.graphs[handle]
+        grads = torch.autograd.grad(out, wrt, cotangent, allow_unused=True, retain_graph=True)
+        return {"grads": [None if g is None else g.detach() for g in grads]}
+
+    def module(self, handle: int, method: str, args: list):
+        module = self.modules[handle]
+        if method == "forward":
+            params = {n: p.detach().requires_grad_() for n, p in module.named_parameters()}
+            out = torch.func.functional_call(module, params, tuple(args))
+            return self._result(out, list(params.values()))
+        if method in ("named_parameters", "named_buffers"):
+            return {"value": {n: t.detach() for n, t in getattr(module, method)()}}
+        if method == "state_dict":
+            return {"value": {n: t.detach() for n, t in module.state_dict().items()}}
+        if method == "load_state_dict":
+            module.load_state_dict(args[0])
+            return {"value": None}
+        if method == "train":
+            module.train(bool(args[0]))
+            return {"value": None}
+        if method == "to":
+            module.to(args[0])
+            return {"value": None}
+        raise ValueError(f"unknown module method {method!r}")
+
+    def probe(self, kind: str, target: dict, args: list):
+        from harness import probes
+        fn = self.modules[target["module"]] if "module" in target else getattr(self._adapters(), target["function"])
+        if kind == "meta":
+            return {"value": probes.run_on_meta(fn, *args)}
+        if kind == "allocation":
+            with torch.no_grad():
+                out, largest = probes.largest_allocation(fn, *args)
+            report = None if largest is None else {"op": largest.op, "shape": largest.shape,
+                                                   "dtype": str(largest.dtype).removeprefix("torch.")}
+            return {"value": out, "largest": report}
+        raise ValueError(f"unknown probe {kind!r}")
+
+    # -- helpers
+
+    def _adapters(self):
+        if self.adapters is None:
+            if self.import_error:
+                raise ImportError(self.import_error)
+            sys.path.insert(0, SUBMISSION)
+            try:
+                import adapters
+            except BaseException as e:  # a SyntaxError or a crash at import: every call reports it
+                self.import_error = f"importing adapters.py raised {type(e).__name__}: {e}"
+                raise ImportError(self.import_error) from None
+            self.adapters = adapters
+        return self.adapters
+
+    def _result(self, out, wrt: list):
+        if isinstance(out, torch.nn.Module):
+            self.next_handle += 1
+            self.modules[self.next_handle] = out
+            return {"module": self.next_handle}
+        if isinstance(out, torch.Tensor) and out.requires_grad and wrt:
+            self.next_handle += 1
+            self.graphs[self.next_handle] = (out, wrt)
+            return {"value": out.detach(), "graph": self.next_handle}
+        return {"value": out.detach() if isinstance(out, torch.Tensor) else out}
+
+
+def serve(sock: socket.socket) -> None:
+    worker = Worker()
+    while True:
+        try:
+            request = wire.recv(sock)
+        except wire.WireError:
+            return
+        op = request.pop("op")
+        try:
+            reply = getattr(worker, op)(**request)
+        except BaseException as e:  # noqa: BLE001 - every failure of student code is reported
+            reply = {"error": _describe(e)}
+        try:
+            wire.send(sock, reply)
+        except TypeError as e:  # a value that cannot cross (a Tensor subclass, a complex tensor, ...)
+            wire.send(sock, {"error": {"type": "TypeError", "message": str(e), "traceback": ""}})
+
+
+def _describe(e: BaseException) -> dict:
+    """The exception as data, with only the submission's own frames in its traceback."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename.startswith(SUBMISSION)]
+    return {"type": type(e).__name__, "message": str(e)[:4000],
+            "traceback": "".join(traceback.format_list(frames[-8:]))[:4000]}
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | (a != a) & (b != b)).all())
+
+
+def main() -> None:
+    global SUBMISSION
+    control_fd, mode, SUBMISSION = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    zygote(control_fd, namespace=mode == "namespace")
+
+
+if __name__ == "__main__":
+    main()
