@@ -6,6 +6,7 @@ held to exactly what students are held to.
 
 import torch
 
+from harness.runtime import AdaptersError, ContractViolation
 from harness.compare import Mismatch, assert_close, assert_same_counts, describe
 from harness.diagnose import heuristic, matching_variant, overflow
 from harness.store import Case, Term
@@ -77,8 +78,8 @@ def check_raises(adapters, term: Term, case: Case) -> None:
     kwargs = term.inputs(case)
     try:
         out = getattr(adapters, case.function)(**kwargs)
-    except NotImplementedError:
-        raise
+    except (NotImplementedError, AdaptersError, TimeoutError, ContractViolation):
+        raise  # not a raise: unwritten code, a crash, a hang, or a return value outside the contract
     except Exception:
         return
     raise Mismatch(f"{header(case, kwargs)}\n{case.function} returned {describe(out)} instead of raising. "

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from harness.plugin import ADAPTER
-from harness.remote import Link, RemoteFunctions
+from harness.remote import Link, RemoteFunctions, StudentCodeError, WorkerFailure
 from harness.runtime import Adapters
 from harness.sandbox import Protections, Sandbox
 
@@ -43,6 +43,14 @@ class Grading:
             self.tests[item.nodeid] = {"id": item.nodeid, "adapter": item.stash.get(ADAPTER, None),
                                        "hidden": bool(case and case.hidden), "outcome": "not run", "message": ""}
         items.sort(key=lambda item: self.tests[item.nodeid]["hidden"])  # stable: course order within each
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        """The submission's own error, said in one line with its own frames: no grader traceback."""
+        report = (yield).get_result()
+        if call.excinfo is not None and call.excinfo.errisinstance((StudentCodeError, WorkerFailure)):
+            name = item.stash.get(ADAPTER, None) or "the code under test"
+            report.longrepr = f"{name}: {call.excinfo.value}"
 
     def pytest_runtest_setup(self, item):
         self.link.enter("hidden" if self.tests[item.nodeid]["hidden"] else "public")

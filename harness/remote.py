@@ -21,14 +21,19 @@ import torch
 from harness import wire
 from harness.contract import ADAPTERS
 from harness.probes import Allocation, DeviceMismatch
-from harness.runtime import AdaptersError
+from harness.runtime import AdaptersError, ContractViolation
 from harness.sandbox import Sandbox
 
-FAST = 0.2  # seconds: a reply this quick needs no CPU accounting
+FAST = 0.2         # seconds: a reply this quick needs no CPU accounting
+IMPORT_CPU = 60.0  # CPU seconds a worker may take to import the submission
 
 
-class StudentCodeError(AdaptersError):
-    """The submission's code raised, or its worker died, during a call."""
+class StudentCodeError(Exception):
+    """The submission's code raised during a call (in its worker)."""
+
+
+class WorkerFailure(AdaptersError):
+    """The worker died, or could not import the submission: no test can count it as a result."""
 
 
 class Link:
@@ -39,6 +44,7 @@ class Link:
         self.timed_out = False  # the whole submission ran out of time
         self.phase = "public"
         self.sock = None
+        self.broken: str | None = None  # why this phase's workers cannot serve any call
         self.visible_output = None  # bytes of worker output before the hidden phase began
 
     def enter(self, phase: str) -> None:
@@ -48,34 +54,53 @@ class Link:
         self._drop_worker()
         if phase == "hidden" and self.visible_output is None:
             self.visible_output = self.sandbox.output_size()
-        self.phase = phase
+        self.phase, self.broken = phase, None
 
     def request(self, **message) -> dict:
         if self.deadline is not None and time.monotonic() > self.deadline:
             self.timed_out = True
             raise TimeoutError("the submission ran out of its time limit before this test")
         if self.sock is None:
-            self.sock = self.sandbox.fork(self.phase)
-        try:
-            wire.send(self.sock, message)
-            reply = self._wait()
-        except (OSError, wire.WireError):
-            self._drop_worker()
-            raise StudentCodeError("the worker process died during this call (it exited, crashed, or hit the "
-                                   "memory limit); the next test runs in a fresh worker") from None
+            self._start_worker()
+        reply = self._exchange(message, self.case_timeout)
         if "error" in reply:
             raise self._error(reply["error"])
         return reply
 
-    def _wait(self) -> dict:
+    def _start_worker(self) -> None:
+        """A fresh worker that has imported the submission, or WorkerFailure for this phase."""
+        if self.broken:
+            raise WorkerFailure(self.broken)
+        self.sock = self.sandbox.fork(self.phase)
+        try:
+            reply = self._exchange({"op": "hello"}, IMPORT_CPU)
+        except (TimeoutError, WorkerFailure) as e:
+            self.broken = f"importing adapters.py failed: {e}"
+            raise WorkerFailure(self.broken) from None
+        if "error" in reply:  # the same import fails the same way every time: do not retry
+            error = reply["error"]
+            self.broken = error["message"] if self.phase == "public" else "importing adapters.py failed"
+            self._drop_worker()
+            raise WorkerFailure(self.broken)
+
+    def _exchange(self, message: dict, cpu_limit: float) -> dict:
+        try:
+            wire.send(self.sock, message)
+            return self._wait(cpu_limit)
+        except (ConnectionError, wire.WireError):
+            self._drop_worker()
+            raise WorkerFailure("the worker process died during this call (it exited, crashed, or hit the "
+                                "memory limit); the next test runs in a fresh worker") from None
+
+    def _wait(self, cpu_limit: float) -> dict:
         start, cpu_start = time.monotonic(), None
         while not select.select([self.sock], [], [], FAST)[0]:
             cpu = self.sandbox.cpu_seconds_used()
             cpu_start = cpu if cpu_start is None else cpu_start
             used = cpu - cpu_start + FAST
-            if used > self.case_timeout or time.monotonic() - start > 5 * self.case_timeout + 30:
+            if used > cpu_limit or time.monotonic() - start > 3 * cpu_limit + 10:  # sleeping counts too
                 self._drop_worker()
-                raise TimeoutError(f"the call did not finish within {self.case_timeout:g} s of CPU time: look for "
+                raise TimeoutError(f"the call did not finish within {cpu_limit:g} s of CPU time: look for "
                                    "an infinite loop, or work that grows far faster than the input. The next "
                                    "test runs in a fresh worker.")
         return wire.recv(self.sock)
@@ -95,6 +120,8 @@ class Link:
             return NotImplementedError(message)
         if kind == "DeviceMismatch":
             return DeviceMismatch(message)
+        if kind == "UnsendableResult":  # a return value, not a raise: it must not pass a must-raise case
+            return ContractViolation(f"the result cannot be checked: {message}")
         where = f"\n{error['traceback'].rstrip()}" if error.get("traceback") else ""
         return StudentCodeError(f"{kind}: {message}{where}")
 

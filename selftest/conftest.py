@@ -10,6 +10,12 @@ from reference.submission import reference_as_student  # noqa: F401  (re-exporte
 PROJECT = Path(__file__).resolve().parents[1]
 
 
+def pinned_term() -> str:
+    """The term pyproject.toml pins: the selftest never names one."""
+    import tomllib
+    return tomllib.loads((PROJECT / "pyproject.toml").read_text())["tool"]["harness"]["term"]
+
+
 def run_suite(*args: str) -> SuiteRun:
     """The student suite, in this process, against whatever `args` select."""
     return _run_suite(PROJECT, *args)

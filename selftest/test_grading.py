@@ -1,97 +1,193 @@
-"""`harness grade` on purpose-made submissions, in one call: every fault stays contained."""
+"""`harness grade` on one batch of purpose-made submissions, graded while two busy loops load
+the machine: honest ones keep full marks, known mistakes lose the right points, and every
+hostile one (one per attack family, selftest/hostile/) scores 0 and stays contained."""
 
 import csv
+import hashlib
 import json
 import os
 import shutil
+import socket
+import stat
 import subprocess
+import sys
+import zipfile
+from decimal import Decimal
+from pathlib import Path
 
 import pytest
+import torch
 
-from conftest import PROJECT, edit, reference_as_student
+from conftest import PROJECT, edit, pinned_term, reference_as_student
 from harness.contract import ADAPTERS
 from harness.grade import grade_all
+from harness.sandbox import BASE_UID, Protections
+from harness.store import Term
 
-TERM = "2026-fall"
+TERM = pinned_term()
 FULL = sum(a.points for a in ADAPTERS.values())
+HOSTILE = Path(__file__).parent / "hostile"
+CANARY = "HARNESS_CANARY_do_not_leak"
+MARKER = "6061"  # the hostile submissions' `sleep 6061` children
+
+requires_bwrap = pytest.mark.skipif(not Protections.detect().confined, reason="bubblewrap is not usable here")
+
+# name -> (start from, file to edit, old, new): honest work and known mistakes
+EDITED = {
+    "half_split_rope": ("rope.py", "even, odd = x[..., 0::2], x[..., 1::2]",
+                        "even, odd = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]"),
+    "no_scale": ("attention.py", "/ math.sqrt(Q.shape[-1])", ""),
+    "hangs": ("accounting.py", "    V, T, d, L = vocab_size", "    while True:\n        pass\n    V, T, d, L = vocab_size"),
+    "exits": ("accounting.py", "    V, T, d, L = vocab_size", "    import os\n    os._exit(3)\n    V, T, d, L = vocab_size"),
+    "syntax_error": ("attention.py", "def silu(", "def silu(:\ndef _("),
+}
+# name -> (start from the reference or the stubs, attack appended to adapters.py)
+ATTACKS = {
+    "steals_answers": ("stubs", "steals_answers.py"),
+    "imports_reference": ("stubs", "imports_reference.py"),
+    "forges_verdict": ("stubs", "forges_verdict.py"),
+    "harms_others": ("stubs", "harms_others.py"),
+    "records_hidden": ("reference", "records_hidden.py"),
+}
+
+
+def _stubs(dst: Path) -> Path:
+    shutil.copytree(PROJECT / "student", dst / "student", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(PROJECT / "adapters.py", dst / "adapters.py")
+    return dst
+
+
+def _attack(dst: Path, start: str, attack: str, constants: dict) -> Path:
+    (reference_as_student if start == "reference" else _stubs)(dst)
+    header = "".join(f"{k} = {v!r}\n" for k, v in constants.items())
+    with (dst / "adapters.py").open("a") as f:
+        f.write("\n\n" + header + (HOSTILE / attack).read_text())
+    return dst
+
+
+def _zip(path: Path, entries: list[tuple[str, bytes, int]]) -> Path:
+    """A zip with entries (name, data, unix mode); a mode of S_IFLNK makes a symbolic link."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data, mode in entries:
+            info = zipfile.ZipInfo(name)
+            info.external_attr = mode << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, data)
+    return path
+
+
+def _bad_archives(subs: Path) -> None:
+    adapters = (PROJECT / "adapters.py").read_bytes()
+    regular = stat.S_IFREG | 0o644
+    _zip(subs / "traversal.zip", [("adapters.py", adapters, regular), ("../../escaped.py", b"x = 1\n", regular)])
+    _zip(subs / "absolute.zip", [("adapters.py", adapters, regular), ("/tmp/absolute.py", b"x = 1\n", regular)])
+    _zip(subs / "symlink.zip", [("adapters.py", b"/etc/passwd", stat.S_IFLNK | 0o777)])
+    _zip(subs / "bomb.zip", [("adapters.py", adapters, regular), ("student/zeros.bin", bytes(100 << 20), regular)])
+    linked = reference_as_student(subs / "symlinked_adapters")
+    (linked / "adapters.py").unlink()
+    (linked / "adapters.py").symlink_to(PROJECT / "reference" / "adapters.py")
+
+
+def _project_digest() -> dict:
+    files = [p for folder in ("harness", "tests", "fixtures", "reference", "student")
+             for p in (PROJECT / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in [*files, PROJECT / "adapters.py"]}
+
+
+def _survivors() -> list[str]:
+    found = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            uid = os.stat(f"/proc/{p}").st_uid
+        except OSError:
+            continue
+        if f"sleep {MARKER}" in cmdline or BASE_UID <= uid < BASE_UID + 64:
+            found.append(f"{p}: uid {uid} {cmdline[:80]}")
+    return found
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     subs = tmp_path_factory.mktemp("submissions")
+    out = tmp_path_factory.mktemp("graded")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.1)
+    constants = {"PROJECT": str(PROJECT), "OUT": str(out), "PORT": listener.getsockname()[1]}
+
     reference_as_student(subs / "reference")
-    shutil.copytree(PROJECT / "student", subs / "stubs" / "student")
-    shutil.copy(PROJECT / "adapters.py", subs / "stubs" / "adapters.py")
-    for name, old, new in [
-        # two known mistakes: partial credit on the right functions
-        ("half_split_rope", "even, odd = x[..., 0::2], x[..., 1::2]",
-         "even, odd = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]"),
-        ("no_scale", "/ math.sqrt(Q.shape[-1])", ""),
-        # faults that must stay contained
-        ("hangs", "    V, T, d, L = vocab_size", "    while True:\n        pass\n    V, T, d, L = vocab_size"),
-        ("exits", "    V, T, d, L = vocab_size", "    import os\n    os._exit(3)\n    V, T, d, L = vocab_size"),
-        ("syntax_error", "def silu(", "def silu(:\ndef _("),
-    ]:
-        reference_as_student(subs / name)
-        target = {"half_split_rope": "rope", "no_scale": "attention", "hangs": "accounting",
-                  "exits": "accounting", "syntax_error": "attention"}[name]
-        edit(subs / name / "student" / f"{target}.py", old, new)
-    # edits its own copy of the fixtures and tests, and writes into the grader's copy at run time
+    reference_as_student(subs / "reference_after_harm")
+    _stubs(subs / "stubs")
+    for name, (target, old, new) in EDITED.items():
+        edit(reference_as_student(subs / name) / "student" / target, old, new)
+    for name, (start, attack) in ATTACKS.items():
+        _attack(subs / name, start, attack, constants)
+    # carries its own edited tests and fixtures, and writes into any fixtures it can reach at run time
     edits = reference_as_student(subs / "edits_fixtures")
     shutil.copytree(PROJECT / "tests", edits / "tests")
     (edits / "tests" / "test_fixtures.py").write_text("def test_fixture():\n    pass\n")
     shutil.copytree(PROJECT / "fixtures" / TERM, edits / "fixtures" / TERM)
     (edits / "fixtures" / TERM / "run_rope.safetensors").write_bytes(b"forged")
-    with (edits / "student" / "embeddings.py").open("a") as f:
-        f.write("\nimport pathlib\nfor _f in pathlib.Path('fixtures').rglob('*.safetensors'):\n"
-                "    _f.write_bytes(b'garbage')\n")
-    # a zip of a repository folder; one that prints megabytes; one without adapters.py
     zipped = reference_as_student(tmp_path_factory.mktemp("zipsrc") / "zipped")
     shutil.make_archive(str(subs / "zipped"), "zip", zipped.parent, "zipped")
-    noisy = reference_as_student(subs / "noisy")
-    lookup = "def embedding_lookup(weights: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:\n"
-    edit(noisy / "student" / "embeddings.py", lookup, lookup + "    print('x' * 1_000_000)\n")
     reference_as_student(subs / "no_adapters")
     (subs / "no_adapters" / "adapters.py").unlink()
-    out = tmp_path_factory.mktemp("graded")
-    before = {p: p.read_bytes() for p in (PROJECT / "fixtures").rglob("*") if p.is_file()}
-    results = grade_all(PROJECT, sorted(subs.iterdir()), TERM, out, jobs=2, timeout=240, case_timeout=1)
-    after = {p: p.read_bytes() for p in (PROJECT / "fixtures").rglob("*") if p.is_file()}
-    assert before == after, "grading changed the grader's own fixtures"
-    return {r.name: r for r in results}, out
+    _bad_archives(subs)
+
+    order = sorted(subs.iterdir(), key=lambda p: (p.name == "reference_after_harm", p.name))
+    before = _project_digest()
+    load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    os.environ[CANARY] = "secret"
+    try:
+        results = grade_all(PROJECT, order, TERM, out, jobs=2, timeout=300, case_timeout=1)
+    finally:
+        del os.environ[CANARY]
+        for p in load:
+            p.kill()
+            p.wait()
+    connections = 0
+    try:
+        while listener.accept():
+            connections += 1
+    except OSError:
+        pass
+    return {"results": {r.name: r for r in results}, "out": out, "before": before, "after": _project_digest(),
+            "survivors": _survivors(), "connections": connections, "subs": subs}
 
 
-def per_function(out, name) -> dict[str, float]:
-    with (out / "grades.csv").open() as f:
+def _results_json(graded, name) -> dict:
+    return json.loads((graded["out"] / name / "results.json").read_text())
+
+
+def per_function(graded, name) -> dict[str, float]:
+    with (graded["out"] / "grades.csv").open() as f:
         row = next(r for r in csv.DictReader(f) if r["submission"] == name)
     return {fn: float(row[fn]) for fn in ADAPTERS}
 
 
-def test_reference_gets_full_marks(graded):
-    results, out = graded
-    assert results["reference"].score == pytest.approx(FULL)
-    assert json.loads((out / "reference" / "results.json").read_text())["score"] == pytest.approx(FULL)
+# ---------------------------------------------------------------- honest work
+
+@pytest.mark.parametrize("name", ["reference", "reference_after_harm", "zipped", "edits_fixtures"])
+def test_honest_submissions_get_full_marks(graded, name):
+    result = graded["results"][name]
+    assert result.status == "ok" and result.score == pytest.approx(FULL), (result.status, result.score)
+    assert _results_json(graded, name)["score"] == pytest.approx(FULL)
 
 
 def test_stubs_get_zero(graded):
-    assert graded[0]["stubs"].score == 0
+    assert graded["results"]["stubs"].score == 0
 
 
-def test_a_zipped_repository_is_graded_like_a_folder(graded):
-    assert graded[0]["zipped"].score == pytest.approx(FULL)
-
-
-def test_printing_megabytes_changes_nothing_but_the_kept_output(graded):
-    results, out = graded
-    assert results["noisy"].score == pytest.approx(FULL)
-    assert len((out / "noisy" / "output.txt").read_text()) <= 20_000
-
-
-def test_missing_adapters_is_a_clear_zero(graded):
-    results, out = graded
-    assert results["no_adapters"].score == 0 and results["no_adapters"].status == "no-adapters"
-    data = json.loads((out / "no_adapters" / "results.json").read_text())
-    assert "No adapters.py" in data["output"]
+def test_max_scores_add_up_exactly_to_each_functions_points(graded):
+    tests = _results_json(graded, "reference")["tests"]
+    for fn, adapter in ADAPTERS.items():
+        shares = [Decimal(repr(t["max_score"])) for t in tests if t["name"].startswith(f"{fn}: ")]
+        assert shares and sum(shares) == adapter.points, f"{fn}: {sum(shares)} != {adapter.points}"
+    assert sum(Decimal(repr(t["max_score"])) for t in tests) == FULL
 
 
 @pytest.mark.parametrize("name, wrong", [
@@ -101,9 +197,8 @@ def test_missing_adapters_is_a_clear_zero(graded):
                   "run_multihead_self_attention_with_rope", "run_transformer_block", "run_transformer_lm"}),
 ])
 def test_known_mistakes_get_partial_credit_on_the_right_functions(graded, name, wrong):
-    results, out = graded
-    scores = per_function(out, name)
-    assert 0 < results[name].score < FULL
+    scores = per_function(graded, name)
+    assert 0 < graded["results"][name].score < FULL
     for fn, points in scores.items():
         if fn in wrong:
             assert points < ADAPTERS[fn].points, f"{fn} should lose points"
@@ -111,48 +206,111 @@ def test_known_mistakes_get_partial_credit_on_the_right_functions(graded, name, 
             assert points == pytest.approx(ADAPTERS[fn].points), f"{fn} lost points it should keep"
 
 
-@pytest.mark.parametrize("name", ["hangs", "exits"])
-def test_a_hang_or_a_crash_costs_only_the_tests_it_touches(graded, name):
-    results, out = graded
-    scores = per_function(out, name)
+@pytest.mark.parametrize("name, said", [("hangs", "did not finish within 1 s of CPU time"),
+                                        ("exits", "the worker process died during this call")])
+def test_a_hang_or_a_crash_costs_only_the_tests_it_touches(graded, name, said):
+    """CPU time, not wall time, under load; the next test runs in a fresh worker."""
+    scores = per_function(graded, name)
     assert scores["run_transformer_accounting"] == 0
-    assert scores["run_embedding"] == ADAPTERS["run_embedding"].points
-    assert results[name].score > FULL * 0.8
-    messages = [t["output"] for t in json.loads((out / name / "results.json").read_text())["tests"]]
-    expected = "did not finish within" if name == "hangs" else "the test process died"
-    assert any(expected in m for m in messages)
+    assert all(scores[fn] == pytest.approx(a.points) for fn, a in ADAPTERS.items()
+               if fn not in ("run_transformer_accounting", "get_transformer_lm"))
+    messages = [t["output"] for t in _results_json(graded, name)["tests"]]
+    assert any(said in m for m in messages)
 
 
 def test_syntax_error_gets_zero_with_the_reason(graded):
-    results, out = graded
-    assert results["syntax_error"].score == 0
-    tests = json.loads((out / "syntax_error" / "results.json").read_text())["tests"]
-    assert tests and all("SyntaxError" in t["output"] for t in tests)
+    assert graded["results"]["syntax_error"].score == 0
+    tests = _results_json(graded, "syntax_error")["tests"]
+    assert tests and all("SyntaxError" in t["output"] for t in tests if not t["name"].count("hidden"))
 
 
-def test_edited_fixtures_are_reported_and_ignored(graded):
-    results, out = graded
-    r = results["edits_fixtures"]
-    assert r.score == pytest.approx(FULL), "the official tests and fixtures must be what counts"
-    assert "tests/test_fixtures.py" in r.tampered and f"fixtures/{TERM}/run_rope.safetensors" in r.tampered
-    with (out / "grades.csv").open() as f:
-        row = next(x for x in csv.DictReader(f) if x["submission"] == "edits_fixtures")
-    assert "run_rope.safetensors" in row["tampered"]
+def test_edited_official_files_are_reported_and_ignored(graded):
+    tampered = graded["results"]["edits_fixtures"].tampered
+    assert "tests/test_fixtures.py" in tampered and f"fixtures/{TERM}/run_rope.safetensors" in tampered
+
+
+def test_missing_adapters_is_a_clear_zero(graded):
+    result = graded["results"]["no_adapters"]
+    assert result.score == 0 and result.status == "no-adapters"
+    assert "No adapters.py" in _results_json(graded, "no_adapters")["output"]
+
+
+# ---------------------------------------------------------------- attacks
+
+@requires_bwrap
+@pytest.mark.parametrize("name", list(ATTACKS))
+def test_every_attack_scores_zero_or_only_its_honest_part(graded, name):
+    result = graded["results"][name]
+    if name == "records_hidden":  # correct code, except that SiLU raises: it loses SiLU's points only
+        scores = per_function(graded, name)
+        assert scores["run_silu"] < ADAPTERS["run_silu"].points
+        assert all(scores[fn] == pytest.approx(a.points) for fn, a in ADAPTERS.items() if fn != "run_silu")
+    else:
+        assert result.score == 0, f"{name} scored {result.score}"
+
+
+@pytest.mark.parametrize("attack", ["steals_answers", "imports_reference"])
+def test_the_same_attacks_do_work_without_the_sandbox(tmp_path, attack):
+    """Proof that the attacks are real: run in-process, as a local student run does, they pass."""
+    from conftest import run_suite
+    sub = _attack(tmp_path / attack, *ATTACKS[attack], {"PROJECT": str(PROJECT)})
+    run = run_suite("--adapters", str(sub / "adapters.py"), "-k", "test_fixture and seed-exercise")
+    assert run.outcomes and all(o == "passed" for o in run.outcomes.values()), run.messages
+
+
+def test_the_graders_files_are_unchanged(graded):
+    changed = [str(p.relative_to(PROJECT)) for p in graded["before"] if graded["before"][p] != graded["after"].get(p)]
+    assert not changed, changed
+
+
+@requires_bwrap
+def test_no_process_outlives_grading(graded):
+    assert not graded["survivors"], graded["survivors"]
+    assert (graded["out"] / "grades.csv").read_text().startswith("submission,")
+
+
+@requires_bwrap
+def test_no_network(graded):
+    assert graded["connections"] == 0
+
+
+@requires_bwrap
+def test_hidden_inputs_and_the_environment_never_reach_visible_output(graded):
+    term = Term(PROJECT, TERM, hidden=True)
+    hidden = set()
+    for case in (c for c in term.cases if c.hidden):
+        for value in term.inputs(case).values():
+            if isinstance(value, torch.Tensor):
+                data = value.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+                hidden.add(hashlib.sha256(data).hexdigest()[:16])
+    out = graded["out"] / "records_hidden"
+    visible = [t["output"] for t in json.loads((out / "results.json").read_text())["tests"]
+               if t["visibility"] == "visible"]
+    seen = (out / "output.txt").read_text() + "".join(visible)
+    assert "SEEN" in seen and "seen so far" in seen, "the attack should have printed what it saw"
+    assert not [h for h in hidden if h in seen], "a hidden case's input reached visible output"
+    assert CANARY not in seen and "secret" not in seen
+
+
+@pytest.mark.parametrize("name", ["traversal", "absolute", "symlink", "bomb", "symlinked_adapters"])
+def test_a_bad_archive_gets_a_status_and_the_batch_goes_on(graded, name):
+    result = graded["results"][name]
+    assert result.status == "bad-submission" and result.score == 0
+    assert _results_json(graded, name)["output"]
+    assert not (graded["subs"].parent / "escaped.py").exists()
 
 
 def test_every_submission_has_results_and_junit(graded):
-    results, out = graded
-    for name in results:
-        data = json.loads((out / name / "results.json").read_text())
+    for name in graded["results"]:
+        data = _results_json(graded, name)
         assert {"score", "execution_time", "output", "tests"} <= set(data)
         for t in data["tests"]:
             assert {"name", "score", "max_score", "status", "output", "visibility"} <= set(t)
-        assert (out / name / "junit.xml").read_text().startswith("<?xml")
+        assert (graded["out"] / name / "junit.xml").read_text().startswith("<?xml")
 
 
 def test_hidden_tests_publish_later_and_leak_nothing(graded):
-    results, out = graded
-    tests = json.loads((out / "no_scale" / "results.json").read_text())["tests"]
+    tests = _results_json(graded, "no_scale")["tests"]
     hidden = [t for t in tests if "/hidden-" in t["name"]]
     assert hidden and all(t["visibility"] == "after_published" for t in hidden)
     for t in hidden:
