@@ -71,7 +71,11 @@ class Link:
         """A fresh worker that has imported the submission, or WorkerFailure for this phase."""
         if self.broken:
             raise WorkerFailure(self.broken)
-        self.sock = self.sandbox.fork(self.phase)
+        try:
+            self.sock = self.sandbox.fork(self.phase)
+        except ConnectionError as e:
+            self.broken = f"the sandbox could not start a worker ({e})"
+            raise WorkerFailure(self.broken) from None
         try:
             reply = self._exchange({"op": "hello"}, IMPORT_CPU)
         except (TimeoutError, WorkerFailure) as e:

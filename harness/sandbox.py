@@ -71,15 +71,16 @@ class Sandbox:
         self.root = Path(tempfile.mkdtemp(prefix="sandbox-"))
         self.lib = self.root / "lib" / "harness"
         self.lib.mkdir(parents=True)
-        for name in WORKER_MODULES:
-            shutil.copy(HARNESS / name, self.lib / name)
+        for name in WORKER_MODULES:  # copyfile: readable by the worker even where the source is root-only
+            shutil.copyfile(HARNESS / name, self.lib / name)
+        for folder in (self.root, self.lib.parent, self.lib):
+            os.chmod(folder, 0o755)
         self.scratch = self.root / "scratch"
         self.scratch.mkdir()
         self.output = self.root / "output.txt"
         self.uid = BASE_UID + slot if protections.uid_drop else None
         if self.uid is not None:
             os.chown(self.scratch, self.uid, self.uid)
-        os.chmod(self.root, 0o755)
         self.submission = submission
         self.memory, self.cpu_seconds = memory_mb << 20, int(cpu_seconds) + 1
         self.process: subprocess.Popen | None = None
@@ -101,8 +102,12 @@ class Sandbox:
         from harness import wire
         if self.process is None or self.process.poll() is not None:
             self.start()
-        wire.send(self.control, {"op": "fork", "phase": phase})
-        _, fds, _, _ = socket.recv_fds(self.control, 1, 1)
+        try:
+            wire.send(self.control, {"op": "fork", "phase": phase})
+            _, fds, _, _ = socket.recv_fds(self.control, 1, 1)
+        except OSError as e:
+            raise ConnectionError(f"the sandbox did not start: {e}; its output says: "
+                                  f"{self.output.read_bytes()[-500:].decode('utf-8', 'replace')}") from None
         if not fds:
             raise ConnectionError("the sandbox did not start a worker")
         return socket.socket(fileno=fds[0])

@@ -254,7 +254,7 @@ def test_the_same_attacks_do_work_without_the_sandbox(tmp_path, attack):
     """Proof that the attacks are real: run in-process, as a local student run does, they pass."""
     from conftest import run_suite
     sub = _attack(tmp_path / attack, *ATTACKS[attack], {"PROJECT": str(PROJECT)})
-    run = run_suite("--adapters", str(sub / "adapters.py"), "-k", "test_fixture and seed-exercise")
+    run = run_suite("--adapters", str(sub / "adapters.py"), "-k", "test_fixture and seed-exercise and output")
     assert run.outcomes and all(o == "passed" for o in run.outcomes.values()), run.messages
 
 
@@ -321,7 +321,7 @@ def test_gradescope_run_autograder_writes_results(tmp_path):
     """The template, run against a fake /autograder tree with the reference as the submission."""
     root = tmp_path / "autograder"
     root.mkdir()
-    (root / "source").symlink_to(PROJECT)
+    shutil.copytree(PROJECT, root / "source", ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__"))
     reference_as_student(root / "submission")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "HARNESS"))}
     result = subprocess.run(["bash", str(PROJECT / "gradescope" / "run_autograder")],
@@ -329,3 +329,5 @@ def test_gradescope_run_autograder_writes_results(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     data = json.loads((root / "results" / "results.json").read_text())
     assert data["score"] == pytest.approx(FULL)
+    if os.geteuid() == 0:  # the worker's uid cannot read the answers
+        assert stat.S_IMODE((root / "source" / "fixtures").stat().st_mode) & 0o077 == 0
