@@ -83,3 +83,13 @@ def test_missing_return_is_located_in_the_student_module(tmp_path):
     said = missing_return("run_scaled_dot_product_attention returned None, but the contract says ...", source)
     assert "attention.py:5 `scaled_dot_product_attention` never returns a value" in said
     assert missing_return("run_softmax returned None, but ...", source) is None
+
+
+def test_the_embedding_is_found_by_its_role_not_its_name_or_shape():
+    from reference.model import TransformerLM
+    from harness.probes import tables_indexed
+    model = TransformerLM(50, 8, 16, 1, 2, 24, 10000.0)
+    with torch.no_grad():
+        tables = tables_indexed(model, torch.zeros(1, 4, dtype=torch.long))
+    found = [n for n, p in model.named_parameters() if p.untyped_storage().data_ptr() in tables]
+    assert found == ["token_embeddings.weight"]  # lm_head.weight has the same [V, d] shape

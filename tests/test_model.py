@@ -11,7 +11,7 @@ from harness.probes import tables_indexed
 adapter = pytest.mark.adapter
 
 # Large enough that init statistics are sharp (4,096+ values per matrix), small enough to be quick.
-CONFIG = dict(vocab_size=512, context_length=16, d_model=64, num_layers=2, num_heads=4, d_ff=128)
+CONFIG = dict(vocab_size=512, context_length=24, d_model=64, num_layers=2, num_heads=4, d_ff=128)
 RESIDUAL = ("attn.output_proj.weight", "ffn.w2.weight")
 
 
