@@ -11,7 +11,7 @@ from harness.diagnose import fingerprint
 from harness.checks import CHECKS, checks_for
 from harness.contract import ADAPTERS
 from harness.runtime import Adapters
-from harness.store import HIDDEN, Case, Term, flatten, write_term
+from harness.store import HIDDEN, Case, Term, flatten, swap_view, write_term
 from reference.variants import VARIANTS
 
 REFERENCE = "reference.adapters"
@@ -55,7 +55,7 @@ def _build_case(reference: Adapters, spec: Spec, seed: int, mistakes: list) -> t
     case = spec.case(generated, inputs, grads)
     tensors = {}
     for path, t in leaves.items():
-        tensors[f"in/{path}"] = t.transpose(-1, -2) if case.views.get(path) else t
+        tensors[f"in/{path}"] = swap_view(t, case.views.get(path))
     fn = getattr(reference, spec.function)
     # Expected values come from float64 (float32 inputs are widened), so they are the
     # exact answer rounded once, not one float32 implementation's rounding.

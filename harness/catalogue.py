@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from harness.contract import block_weight_shapes, lm_weight_shapes
-from harness.store import Case
+from harness.store import Case, swap_view
 
 
 @dataclass(frozen=True)
@@ -40,15 +40,16 @@ class Gen:
             t = torch.tensor(p["values"])
         else:
             raise ValueError(self.kind)
-        return t.transpose(-1, -2).contiguous().transpose(-1, -2) if self.transposed else t
+        return swap_view(swap_view(t, self.layout).contiguous(), self.layout)
 
     @property
-    def transposed(self) -> bool:
-        return self.params.get("layout") == "transposed"
+    def layout(self) -> str | None:
+        return self.params.get("layout")
 
 
 def normal(*shape, scale=1.0, offset=0.0, dtype="float32", layout=None) -> Gen:
-    """Gaussian values; layout="transposed" gives a non-contiguous view of the same shape."""
+    """Gaussian values; layout="transposed" (last two axes) or "heads" (the layout after a head
+    split: axes -3 and -2 swapped) gives a non-contiguous view of the same shape."""
     return Gen("normal", shape, {"scale": scale, "offset": offset, "dtype": dtype, "layout": layout})
 
 
@@ -105,7 +106,7 @@ class Spec:
         tolerance = self.tolerance or TOLERANCE.get(self.function, (1e-5, 1e-4))
         atol, rtol = tolerance(generated) if callable(tolerance) else tolerance
         grad_atol, grad_rtol = (atol, rtol) if atol or rtol else (1e-6, 1e-5)
-        views = {path: "transposed" for path, gen in self.gens() if gen.transposed}
+        views = {path: gen.layout for path, gen in self.gens() if gen.layout}
         return Case(function=self.function, name=self.name, args=scalars, inputs=inputs, check=self.check,
                     atol=atol, rtol=rtol, grads=grads, grad_atol=grad_atol, grad_rtol=grad_rtol,
                     views=views, hidden=self.hidden, note=self.note)
@@ -183,7 +184,7 @@ UNIT_2_1 = [
          context_length=16, d_model=8, weights=normal(16, 8),
          token_positions=given([list(range(6))] * 2)),
     case("run_learned_positions", "offset-100", "positions 100..107 (an offset window)",
-         context_length=128, d_model=8, weights=normal(128, 8), token_positions=given(list(range(100, 108)))),
+         context_length=128, d_model=6, weights=normal(128, 6), token_positions=given(list(range(100, 108)))),
     case("run_learned_positions", "gaps-3d", "gapped, repeated positions shaped [2, 2, 4]",
          context_length=32, d_model=6, weights=normal(32, 6),
          token_positions=given([[[0, 3, 3, 31], [7, 1, 9, 2]], [[5, 5, 5, 5], [30, 20, 10, 0]]])),
@@ -212,14 +213,14 @@ UNIT_2_1 = [
 
     # ---- run_embed_with_positions: both kinds, the repeated-token exercise
     case("run_embed_with_positions", "learned", "learned positions, batch 3 != seq 5",
-         vocab_size=20, context_length=8, d_model=8, token_weights=normal(20, 8),
-         position_weights=normal(8, 8), token_ids=ints(3, 5, high=20)),
+         vocab_size=20, context_length=8, d_model=6, token_weights=normal(20, 6),
+         position_weights=normal(8, 6), token_ids=ints(3, 5, high=20)),
     case("run_embed_with_positions", "sinusoidal", "sinusoidal positions (position_weights=None), batch 2 != seq 6",
          tolerance=sinusoidal_tolerance, vocab_size=20, context_length=8, d_model=8, token_weights=normal(20, 8),
          position_weights=None, token_ids=ints(2, 6, high=20)),
     case("run_embed_with_positions", "repeated-learned", "ids [[2, 0, 2]] with learned positions",
-         vocab_size=5, context_length=4, d_model=4, token_weights=normal(5, 4),
-         position_weights=normal(4, 4), token_ids=given([[2, 0, 2]])),
+         vocab_size=5, context_length=4, d_model=6, token_weights=normal(5, 6),
+         position_weights=normal(4, 6), token_ids=given([[2, 0, 2]])),
     case("run_embed_with_positions", "repeated-sinusoidal", "ids [[2, 0, 2]] with sinusoidal positions",
          tolerance=sinusoidal_tolerance, vocab_size=5, context_length=4, d_model=4, token_weights=normal(5, 4),
          position_weights=None, token_ids=given([[2, 0, 2]])),
@@ -246,6 +247,8 @@ UNIT_2_2 = [
          d_in=8, d_out=6, weights=weight(6, 8), in_features=normal(2, 2, 3, 8)),
     case("run_linear", "noncontiguous", "x is a transposed (non-contiguous) view",
          d_in=8, d_out=4, weights=weight(4, 8), in_features=normal(4, 8, layout="transposed")),
+    case("run_linear", "noncontiguous-3d", "x [3, 5, 8] is a view with its first two axes swapped (seq-major storage)",
+         d_in=8, d_out=6, weights=weight(6, 8), in_features=normal(3, 5, 8, layout="heads")),
     case("run_linear", "hidden-wide", "", hidden=True,
          d_in=16, d_out=12, weights=weight(12, 16), in_features=normal(3, 5, 16)),
 
@@ -256,8 +259,8 @@ UNIT_2_2 = [
     case("run_softmax", "offset-100", "inputs offset by +100: exp overflows without subtracting the max",
          in_features=normal(4, 6, scale=3.0, offset=100.0), dim=-1),
     case("run_softmax", "4d", "[2, 2, 3, 5] along dim=-1", in_features=normal(2, 2, 3, 5), dim=-1),
-    case("run_softmax", "rows-far-apart", "one row near 0, one near +200: the max must be per row, not global",
-         in_features=given([[0.1, -0.3, 0.5, 0.2, -1.0], [200.0, 201.5, 199.2, 200.7, 198.9]]), dim=-1),
+    case("run_softmax", "rows-far-apart", "one row near 0, one near +1000: the max must be per row, not global",
+         in_features=given([[0.1, -0.3, 0.5, 0.2, -1.0], [1000.0, 1001.5, 999.2, 1000.7, 998.9]]), dim=-1),
     case("run_softmax", "hidden-offset", "", hidden=True,
          in_features=normal(3, 4, scale=5.0, offset=1000.0), dim=-2),
 
@@ -271,8 +274,12 @@ UNIT_2_2 = [
          Q=normal(2, 4, 8), K=normal(2, 4, 8), V=normal(2, 4, 8), mask=None),
     case("run_scaled_dot_product_attention", "dv-ne-dk-nonsquare", "3 queries, 5 keys, d_k=8, d_v=6, random mask",
          Q=normal(2, 3, 8), K=normal(2, 5, 8), V=normal(2, 5, 6), mask=mask(2, 3, 5)),
-    case("run_scaled_dot_product_attention", "4d-masked", "[2, 2, 4, 6] with a random mask",
-         Q=normal(2, 2, 4, 6), K=normal(2, 2, 4, 6), V=normal(2, 2, 4, 6), mask=mask(2, 2, 4, 4)),
+    case("run_scaled_dot_product_attention", "4d-masked", "Q [2, 3, 4, 6], K [2, 3, 5, 6], V [2, 3, 5, 7], random mask",
+         Q=normal(2, 3, 4, 6), K=normal(2, 3, 5, 6), V=normal(2, 3, 5, 7), mask=mask(2, 3, 4, 5)),
+    case("run_scaled_dot_product_attention", "head-split-views",
+         "Q, K, V are head-split views [batch 2, heads 3, seq, d] of [batch, seq, heads, d] storage",
+         Q=normal(2, 3, 5, 4, layout="heads"), K=normal(2, 3, 6, 4, layout="heads"),
+         V=normal(2, 3, 6, 7, layout="heads"), mask=mask(2, 3, 5, 6)),
     case("run_scaled_dot_product_attention", "no-batch", "Q [3, 4], K [5, 4], V [5, 2], no leading dims",
          Q=normal(3, 4), K=normal(5, 4), V=normal(5, 2), mask=mask(3, 5)),
     case("run_scaled_dot_product_attention", "noncontiguous-k", "K is a transposed view; 6 queries, 4 keys",
@@ -281,18 +288,18 @@ UNIT_2_2 = [
          Q=normal(3, 6, 5), K=normal(3, 7, 5), V=normal(3, 7, 3), mask=mask(3, 6, 7)),
 
     # ---- run_multihead_self_attention: heads > 1, batch != seq, any rank
-    case("run_multihead_self_attention", "heads-4", "d_model=16, 4 heads, batch 2 != seq 5",
-         d_model=16, num_heads=4, q_proj_weight=weight(16, 16), k_proj_weight=weight(16, 16),
-         v_proj_weight=weight(16, 16), o_proj_weight=weight(16, 16), in_features=normal(2, 5, 16)),
+    case("run_multihead_self_attention", "heads-4", "d_model=24, 4 heads of 6, batch 2 != seq 5",
+         d_model=24, num_heads=4, q_proj_weight=weight(24, 24), k_proj_weight=weight(24, 24),
+         v_proj_weight=weight(24, 24), o_proj_weight=weight(24, 24), in_features=normal(2, 5, 24)),
     case("run_multihead_self_attention", "no-batch", "x [6, 16], 2 heads, no leading dims",
          d_model=16, num_heads=2, q_proj_weight=weight(16, 16), k_proj_weight=weight(16, 16),
          v_proj_weight=weight(16, 16), o_proj_weight=weight(16, 16), in_features=normal(6, 16)),
-    case("run_multihead_self_attention", "4d", "x [2, 1, 3, 8], 2 heads",
+    case("run_multihead_self_attention", "4d", "x [3, 1, 5, 8], 2 heads",
          d_model=8, num_heads=2, q_proj_weight=weight(8, 8), k_proj_weight=weight(8, 8),
-         v_proj_weight=weight(8, 8), o_proj_weight=weight(8, 8), in_features=normal(2, 1, 3, 8)),
+         v_proj_weight=weight(8, 8), o_proj_weight=weight(8, 8), in_features=normal(3, 1, 5, 8)),
     case("run_multihead_self_attention", "hidden-heads-3", "", hidden=True,
          d_model=12, num_heads=3, q_proj_weight=weight(12, 12), k_proj_weight=weight(12, 12),
-         v_proj_weight=weight(12, 12), o_proj_weight=weight(12, 12), in_features=normal(3, 5, 12)),
+         v_proj_weight=weight(12, 12), o_proj_weight=weight(12, 12), in_features=normal(2, 5, 12)),
 ]
 
 UNIT_2_5 = [
@@ -310,28 +317,35 @@ UNIT_2_5 = [
     case("run_rope", "far-positions", "positions up to 4000", tolerance=rope_tolerance,
          d_k=8, theta=10000.0, max_seq_len=4096, in_query_or_key=normal(1, 4, 8),
          token_positions=given([0, 1000, 2048, 4000])),
+    case("run_rope", "head-split-view", "x [2, 3, 5, 8] is a head-split view (batch, heads, seq, d_k), positions [2, 1, 5]",
+         tolerance=rope_tolerance, d_k=8, theta=10000.0, max_seq_len=64, in_query_or_key=normal(2, 3, 5, 8, layout="heads"),
+         token_positions=given([[[4, 9, 9, 0, 31]], [[50, 2, 7, 63, 1]]])),
     case("run_rope", "hidden-offset", "", hidden=True, tolerance=rope_tolerance,
          d_k=12, theta=10000.0, max_seq_len=128, in_query_or_key=normal(2, 4, 12),
          token_positions=given([[64, 65, 66, 67], [3, 1, 4, 1]])),
 
     # ---- run_multihead_self_attention_with_rope
     case("run_multihead_self_attention_with_rope", "default-positions", "token_positions=None (0..seq-1), 4 heads",
-         tolerance=rope_tolerance, d_model=16, num_heads=4, max_seq_len=16, theta=10000.0,
-         q_proj_weight=weight(16, 16), k_proj_weight=weight(16, 16), v_proj_weight=weight(16, 16),
-         o_proj_weight=weight(16, 16), in_features=normal(2, 5, 16), token_positions=None),
+         tolerance=rope_tolerance, d_model=24, num_heads=4, max_seq_len=16, theta=10000.0,
+         q_proj_weight=weight(24, 24), k_proj_weight=weight(24, 24), v_proj_weight=weight(24, 24),
+         o_proj_weight=weight(24, 24), in_features=normal(2, 5, 24), token_positions=None),
+    # Shift-only positions cannot catch ignored positions (RoPE attention is shift-invariant):
+    # every other case's positions are not arange plus a constant.
     case("run_multihead_self_attention_with_rope", "offset-positions", "positions 50..55 shared by the batch",
-         tolerance=rope_tolerance, d_model=16, num_heads=4, max_seq_len=64, theta=10000.0,
+         tolerance=rope_tolerance, d_model=32, num_heads=4, max_seq_len=64, theta=10000.0,
+         q_proj_weight=weight(32, 32), k_proj_weight=weight(32, 32), v_proj_weight=weight(32, 32),
+         o_proj_weight=weight(32, 32), in_features=normal(3, 6, 32), token_positions=given(list(range(50, 56)))),
+    case("run_multihead_self_attention_with_rope", "gapped-repeated",
+         "per-row positions [3, 5], gapped, repeated, unsorted; batch 3 != heads 2",
+         tolerance=rope_tolerance, d_model=16, num_heads=2, max_seq_len=128, theta=10000.0,
          q_proj_weight=weight(16, 16), k_proj_weight=weight(16, 16), v_proj_weight=weight(16, 16),
-         o_proj_weight=weight(16, 16), in_features=normal(3, 6, 16), token_positions=given(list(range(50, 56)))),
-    case("run_multihead_self_attention_with_rope", "gapped-repeated", "per-row positions, gapped, repeated, unsorted",
-         tolerance=rope_tolerance, d_model=8, num_heads=2, max_seq_len=128, theta=10000.0,
-         q_proj_weight=weight(8, 8), k_proj_weight=weight(8, 8), v_proj_weight=weight(8, 8),
-         o_proj_weight=weight(8, 8), in_features=normal(2, 5, 8),
-         token_positions=given([[0, 2, 2, 9, 4], [100, 30, 31, 31, 7]])),
-    case("run_multihead_self_attention_with_rope", "hidden-offset", "", hidden=True,
+         o_proj_weight=weight(16, 16), in_features=normal(3, 5, 16),
+         token_positions=given([[0, 2, 2, 9, 4], [100, 30, 31, 31, 7], [6, 60, 1, 33, 12]])),
+    case("run_multihead_self_attention_with_rope", "hidden-positions", "", hidden=True,
          tolerance=rope_tolerance, d_model=12, num_heads=3, max_seq_len=64, theta=1000.0,
          q_proj_weight=weight(12, 12), k_proj_weight=weight(12, 12), v_proj_weight=weight(12, 12),
-         o_proj_weight=weight(12, 12), in_features=normal(2, 4, 12), token_positions=given([20, 21, 22, 23])),
+         o_proj_weight=weight(12, 12), in_features=normal(2, 5, 12),
+         token_positions=given([[20, 3, 17, 17, 9], [0, 40, 41, 12, 5]])),
 ]
 
 MODEL = [
@@ -346,6 +360,10 @@ MODEL = [
     case("run_rmsnorm", "fp16-large", "float16 inputs of magnitude about 300: x**2 overflows fp16",
          tolerance=(1e-3, 2e-3), d_model=8, eps=1e-5, weights=normal(8, scale=0.3, offset=1.0, dtype="float16"),
          in_features=normal(2, 8, scale=300.0, dtype="float16")),
+    case("run_rmsnorm", "bf16-input-fp32-gains", "bfloat16 x with float32 gains (mixed precision): the output is bfloat16",
+         tolerance=(1e-2, 1.6e-2), d_model=8, eps=1e-5, weights=gain(8), in_features=normal(3, 8, dtype="bfloat16")),
+    case("run_rmsnorm", "noncontiguous-3d", "x [3, 5, 8] is a view with its first two axes swapped (seq-major storage)",
+         d_model=8, eps=1e-5, weights=gain(8), in_features=normal(3, 5, 8, layout="heads")),
     case("run_rmsnorm", "bf16", "bfloat16 inputs: the output stays bfloat16",
          tolerance=(1e-2, 1.6e-2), d_model=8, eps=1e-5, weights=normal(8, scale=0.3, offset=1.0, dtype="bfloat16"),
          in_features=normal(3, 8, dtype="bfloat16")),
@@ -366,23 +384,23 @@ MODEL = [
          in_features=normal(2, 2, 2, 8)),
 
     # ---- run_transformer_block
-    case("run_transformer_block", "block", "d_model=16, 4 heads, d_ff=24, batch 2 != seq 6",
-         d_model=16, num_heads=4, d_ff=24, max_seq_len=16, theta=10000.0,
-         weights=block_weights(16, 24), in_features=normal(2, 6, 16)),
+    case("run_transformer_block", "block", "d_model=24, 4 heads, d_ff=40, batch 2 != seq 7",
+         d_model=24, num_heads=4, d_ff=40, max_seq_len=16, theta=10000.0,
+         weights=block_weights(24, 40), in_features=normal(2, 7, 24)),
     case("run_transformer_block", "one-sequence", "batch 1, seq 9, 2 heads",
          d_model=8, num_heads=2, d_ff=20, max_seq_len=12, theta=10000.0,
          weights=block_weights(8, 20), in_features=normal(1, 9, 8)),
     case("run_transformer_block", "hidden-block", "", hidden=True,
          d_model=12, num_heads=3, d_ff=16, max_seq_len=8, theta=1000.0,
-         weights=block_weights(12, 16), in_features=normal(3, 4, 12)),
+         weights=block_weights(12, 16), in_features=normal(2, 5, 12)),
 
     # ---- run_transformer_lm: random non-unit weights; full and truncated inputs
-    case("run_transformer_lm", "full-context", "V=40, T=12, 2 layers, 4 heads; ids [2, 12] fill the context",
-         tolerance=(1e-4, 1e-4), vocab_size=40, context_length=12, d_model=16, num_layers=2, num_heads=4,
-         d_ff=24, rope_theta=10000.0, weights=lm_weights(40, 16, 2, 24), in_indices=ints(2, 12, high=40)),
+    case("run_transformer_lm", "full-context", "V=40, T=12, d_model=24, 2 layers, 4 heads; ids [2, 12] fill the context",
+         tolerance=(1e-4, 1e-4), vocab_size=40, context_length=12, d_model=24, num_layers=2, num_heads=4,
+         d_ff=36, rope_theta=10000.0, weights=lm_weights(40, 24, 2, 36), in_indices=ints(2, 12, high=40)),
     case("run_transformer_lm", "truncated", "ids [3, 5]: fewer tokens than context_length=12",
-         tolerance=(1e-4, 1e-4), vocab_size=40, context_length=12, d_model=16, num_layers=2, num_heads=4,
-         d_ff=24, rope_theta=10000.0, weights=lm_weights(40, 16, 2, 24), in_indices=ints(3, 5, high=40)),
+         tolerance=(1e-4, 1e-4), vocab_size=40, context_length=12, d_model=24, num_layers=2, num_heads=4,
+         d_ff=36, rope_theta=10000.0, weights=lm_weights(40, 24, 2, 36), in_indices=ints(3, 5, high=40)),
     case("run_transformer_lm", "hidden-lm", "", hidden=True, tolerance=(1e-4, 1e-4),
          vocab_size=30, context_length=8, d_model=12, num_layers=1, num_heads=3, d_ff=20, rope_theta=500.0,
          weights=lm_weights(30, 12, 1, 20), in_indices=ints(2, 7, high=30)),
@@ -396,7 +414,7 @@ ACCOUNTING = [
     case("run_transformer_accounting", "tinystories", "TinyStories (V=10000, T=256, L=4, d=512, H=16, d_ff=1344)",
          vocab_size=10000, context_length=256, d_model=512, num_layers=4, num_heads=16, d_ff=1344),
     case("run_transformer_accounting", "fixture-lm", "the config of the run_transformer_lm fixtures",
-         vocab_size=40, context_length=12, d_model=16, num_layers=2, num_heads=4, d_ff=24),
+         vocab_size=40, context_length=12, d_model=24, num_layers=2, num_heads=4, d_ff=36),
     case("run_transformer_accounting", "hidden-config", "", hidden=True,
          vocab_size=32000, context_length=2048, d_model=1024, num_layers=16, num_heads=16, d_ff=2816),
 ]

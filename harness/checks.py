@@ -8,8 +8,8 @@ import torch
 
 from harness.runtime import AdaptersError, ContractViolation
 from harness.compare import Mismatch, assert_close, assert_same_counts, describe
-from harness.diagnose import heuristic, matching_variant, overflow
-from harness.store import Case, Term
+from harness.diagnose import diagnose
+from harness.store import Case, Term, swap_view
 
 
 def header(case: Case, kwargs: dict) -> str:
@@ -34,26 +34,7 @@ def check_output(adapters, term: Term, case: Case) -> None:
             assert_close(out, expected, what="output", atol=case.atol, rtol=case.rtol,
                          header=where, hidden=case.hidden)
     except Mismatch as e:
-        raise Mismatch(f"{e}{_diagnosis(term, case, out, expected)}") from None
-
-
-def _diagnosis(term: Term, case: Case, out, expected) -> str:
-    """A closing line naming the likely mistake, or nothing if the evidence is thin."""
-    if case.hidden:
-        return ""
-    name = matching_variant(out, term.fingerprints(case), case.atol, case.rtol)
-    if name and name in term.hints:
-        return f"\nLikely cause: your output matches {_sentence(term.hints[name])}"
-    guess = heuristic(out, expected, case.atol, case.rtol) if isinstance(expected, torch.Tensor) else None
-    if guess is None and isinstance(expected, torch.Tensor):
-        inputs = [t for t in term.tensors(case).items() if t[0].startswith("in/") and t[1].is_floating_point()]
-        largest = max((t.abs().max().item() for _, t in inputs if t.numel()), default=0.0)
-        guess = overflow(out, expected, largest)
-    return f"\nLikely cause: {_sentence(guess)}" if guess else ""
-
-
-def _sentence(text: str) -> str:
-    return text if text.endswith(".") else text + "."
+        raise Mismatch(f"{e}{diagnose(term, case, actual=out, expected=expected)}") from None
 
 
 def check_gradient(adapters, term: Term, case: Case) -> None:
@@ -85,7 +66,7 @@ def check_raises(adapters, term: Term, case: Case) -> None:
     raise Mismatch(f"{header(case, kwargs)}\n{case.function} returned {describe(out)} instead of raising. "
                    f"Invalid input must fail loudly: check the range yourself and raise "
                    f"(IndexError or ValueError) with a message that names the bad value."
-                   + _diagnosis(term, case, out, None))
+                   + diagnose(term, case, actual=out))
 
 
 def _leaf(kwargs: dict, path: str) -> torch.Tensor:
@@ -99,7 +80,7 @@ def _check_not_mutated(term: Term, case: Case, kwargs: dict) -> None:
             continue
         path = role[3:]
         after = _leaf(kwargs, path)
-        after = after.transpose(-1, -2) if case.views.get(path) else after
+        after = swap_view(after, case.views.get(path))
         if not torch.equal(before, after.detach()):
             raise Mismatch(f"{header(case, kwargs)}\n{case.function} modified its input `{path}` in place. "
                            "Callers reuse their tensors: never write into an argument.")

@@ -1,4 +1,8 @@
-"""Name the likely mistake behind a wrong result, or say nothing.
+"""Name the likely mistake behind a wrong result or a crash, or say nothing.
+
+One entry point, `diagnose(term, case, ...)`, gives the closing `Likely cause:` line
+of a failure report: the output checks call it with a wrong result, the pytest
+plugin with an exception the code under test raised.
 
 Fingerprints: when a term is built, each known-mistake variant of the reference runs
 on every public case, and where its output differs from the expected one, a sample
@@ -9,6 +13,12 @@ When no fingerprint matches, a few cheap heuristics that are never wrong about w
 they claim (a constant factor, a transpose, a shift by one position, a permutation
 of the last axis) may still describe the difference. Otherwise: no diagnosis.
 """
+
+import ast
+import re
+import sys
+import traceback
+from pathlib import Path
 
 import torch
 
@@ -74,32 +84,186 @@ def heuristic(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: f
             return "your output matches the expected one shifted by one position along the sequence axis"
         row_wrong = ~torch.isclose(a, e, atol=max(atol, 1e-6), rtol=max(rtol, 1e-5)).any(dim=-1)
         if close(a[..., :1, :], e[..., :1, :]) and row_wrong[..., 1:].all():
-            return ("only the first position is right: what changes with the position (or with earlier "
-                    "tokens) is off, while position 0 is unaffected by it")
+            return ("only position 0 is right, and every later position is off: whatever depends on the "
+                    "position (its rotation or position vector, or the earlier tokens it attends to) is wrong")
     if a.shape[-1] > 1 and close(a.sort(dim=-1).values, e.sort(dim=-1).values):
         return ("the right values, in the wrong order along the last axis: a layout difference "
                 "(how dimensions are paired, interleaved or concatenated)")
     return None
 
 
-def overflow(actual, expected: torch.Tensor, largest_input: float) -> str | None:
+def overflow(actual, expected: torch.Tensor, largest_input: float, function: str = "") -> str | None:
     """NaN/inf where the reference is finite, on inputs large enough to overflow exp or a square."""
     if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape:
         return None
     broken = ~torch.isfinite(actual.detach()) & torch.isfinite(expected)
-    if broken.any() and largest_input >= 50:
-        return (f"NaN/inf appear where the reference is finite, and the inputs reach |x| = {largest_input:.0f}: "
-                "an overflow. Subtract the max before exp, or square in float32 rather than float16")
+    if not broken.any() or largest_input < 50:
+        return None
+    where = f"NaN/inf appear where the reference is finite, and the inputs reach |x| = {largest_input:.0f}: "
+    if "rmsnorm" in function:
+        return where + "x**2 overflows in float16. Square in float32: upcast x first"
+    return where + "exp overflows. Subtract each slice's max along dim before exp"
+
+
+def dtype_slip(actual, expected, inputs: dict) -> str | None:
+    """The output took the weights' dtype where the contract keeps the input's."""
+    if not isinstance(actual, torch.Tensor) or actual.dtype == expected.dtype or actual.shape != expected.shape:
+        return None
+    x, w = inputs.get("in/in_features"), inputs.get("in/weights")
+    if x is not None and w is not None and x.dtype == expected.dtype and w.dtype == actual.dtype:
+        return (f"the output has the weights' dtype ({str(actual.dtype).removeprefix('torch.')}) instead of the "
+                f"input's ({str(x.dtype).removeprefix('torch.')}): compute in float32, then return the input's "
+                "dtype, .to(x.dtype)")
     return None
 
 
 _RANK_ERRORS = ("values to unpack", "number of subscripts", "number of dimensions", "-dimensional",
-                "dimension specified as", "invalid for input of size")
+                "dimension specified as", "invalid for input of size", "Wrong shape: expected")
+_BROADCAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
+_MATMUL = re.compile(r"shapes cannot be multiplied \(([^)]*)\)|size mismatch, got input \(([^)]*)\)")
 
 
 def rank_error(message: str, shapes: str) -> str | None:
     """A crash that comes from assuming a fixed number of dimensions."""
     if any(p in message for p in _RANK_ERRORS):
-        return (f"code that assumes a fixed number of dimensions; this case's inputs are {shapes}. "
+        inputs = f"; this case's inputs are {shapes}" if shapes else ""
+        return (f"code that assumes a fixed number of dimensions{inputs}. "
                 "Handle any leading dims: x.shape[-1], einsum with '...', reshape(*x.shape[:-1], n)")
     return None
+
+
+def crash(error: BaseException, case, inputs: dict) -> str | None:
+    """Name the cause of an exception raised by the code under test, where it is clear."""
+    message = str(error)
+    shapes = ", ".join(f"{k}={_describe(v)}" for k, v in inputs.items() if isinstance(v, torch.Tensor))
+    if (found := rank_error(message, shapes)) is not None:
+        return found
+    if match := _MATMUL.search(message):
+        return (f"a matrix product whose inner sizes differ ({match.group(1) or match.group(2)}): a weight used "
+                "without its transpose? W is stored [d_out, d_in], so y = x @ W.T (or einsum('...i,oi->...o'))")
+    if re.search(r"[Mm]issing key\(?s?\)?.*'layers\.\d|missing \['layers\.\d", message, re.S):
+        return ("the blocks are not registered: a plain Python list hides them from parameters(), state_dict(), "
+                ".to() and optimizers. Hold them in an nn.ModuleList")
+    if "NoneType" in message and case is not None:
+        line = _raising_line(error)
+        none = [k for k, v in inputs.items() if v is None and re.search(rf"\b{k}\b", line)]
+        if none:
+            names = ", ".join(f"`{k}`" for k in none)
+            return (f"code that uses {names} although it is None in this case: None is a valid value "
+                    f"(no mask, default positions). Handle it: `if {none[0]} is None: ...`")
+    if (match := _BROADCAST.search(message)) and case is not None:
+        return _broadcast(int(match.group(1)), int(match.group(2)), case, inputs)
+    return None
+
+
+def missing_return(message: str, source: Path | None = None) -> str | None:
+    """For "ADAPTER returned None": the functions in the student's module, called by that
+    adapter, that never return a value. `source` defaults to the imported student module."""
+    from harness.contract import ADAPTERS
+    match = re.match(r"(\w+) returned None", message)
+    adapter = ADAPTERS.get(match.group(1)) if match else None
+    if adapter is None:
+        return None
+    if source is None:  # the imported module, else (student code run elsewhere) the file beside the run
+        module = sys.modules.get(f"student.{adapter.impl_module}")
+        found = getattr(module, "__file__", None)
+        source = Path(found) if found else Path.cwd() / "student" / f"{adapter.impl_module}.py"
+    if not source.is_file():
+        return None
+    called = set(re.findall(r"impl\.\w+\.(\w+)", adapter.glue))
+    found = []
+    for node in ast.parse(source.read_text()).body:
+        if isinstance(node, ast.ClassDef) and node.name in called:
+            found += [(f"{node.name}.{f.name}", f) for f in node.body
+                      if isinstance(f, ast.FunctionDef) and f.name == "forward"]
+        elif isinstance(node, ast.FunctionDef) and node.name in called:
+            found.append((node.name, node))
+    silent = [f"{source.parent.name}/{source.name}:{f.lineno} `{name}`" for name, f in found if not _returns(f)]
+    if not silent:
+        return None
+    return (f"{', '.join(silent)} never returns a value, so the adapter passes on None: "
+            "add the missing `return` there (adapters.py itself is fine)")
+
+
+def _returns(fn: ast.FunctionDef) -> bool:
+    """Whether fn can hand back a value: a `return x`, a yield, or a raise (a stub)."""
+    return any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Raise)) or (isinstance(n, ast.Return) and n.value)
+               for n in ast.walk(fn))
+
+
+def _raising_line(error: BaseException) -> str:
+    """The source line, outside installed packages, where the error was raised."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if "site-packages" not in f.filename]
+    return frames[-1].line or "" if frames else ""
+
+
+def _broadcast(a: int, b: int, case, inputs: dict) -> str | None:
+    axes = _axis_sizes(case, inputs)
+    names = [[n for n, size in axes.items() if size == s] for s in (a, b)]
+    if not all(len(n) == 1 for n in names):
+        return None  # ambiguous sizes: say nothing rather than guess
+    first, second = names[0][0], names[1][0]
+    if {first, second} == {"batch", "heads"} and inputs.get("token_positions") is not None:
+        return ("token_positions [batch, seq] broadcast against [batch, heads, seq, d_k], so batch meets heads; "
+                "add the heads axis: token_positions.unsqueeze(-2)")
+    return (f"a broadcast met the {first} axis (size {a}) with the {second} axis (size {b}): an axis is missing or "
+            "in the wrong place. Insert it with unsqueeze or name axes with einops")
+
+
+def _axis_sizes(case, inputs: dict) -> dict[str, int]:
+    """Sizes of the axes a failure can be about, from the case's arguments."""
+    axes = {}
+    x = inputs.get("in_features", inputs.get("in_indices"))
+    if isinstance(x, torch.Tensor) and x.dim() >= 2:
+        axes["seq"] = x.shape[-2] if x.is_floating_point() else x.shape[-1]
+        if x.dim() >= (3 if x.is_floating_point() else 2):
+            axes["batch"] = x.shape[0]
+    if "num_heads" in case.args:
+        axes["heads"] = case.args["num_heads"]
+        axes["d_k"] = case.args["d_model"] // case.args["num_heads"]
+        axes["d_k / 2"] = axes["d_k"] // 2
+    for name in ("d_model", "d_ff", "vocab_size"):
+        if name in case.args:
+            axes[name] = case.args[name]
+    return axes
+
+
+def _describe(t: torch.Tensor) -> str:
+    return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+
+
+def diagnose(term, case, *, actual=None, expected=None, error: BaseException | None = None) -> str:
+    """The closing `Likely cause: ...` line of a failure report, or "" when the evidence is thin.
+
+    Either a wrong result (`actual`, and `expected` unless the case must raise) or a
+    crash (`error`). `case` is None for tests that run no fixture case; hidden cases
+    never explain themselves."""
+    if case is not None and case.hidden:
+        return ""
+    if isinstance(error, AssertionError):  # the contract's own report (or an assert): only locate a None
+        cause = missing_return(str(error))
+    elif error is not None:
+        cause = crash(error, case, term.inputs(case) if case is not None else {})
+    else:
+        cause = _wrong_result(term, case, actual, expected)
+    return f"\nLikely cause: {_sentence(cause)}" if cause else ""
+
+
+def _wrong_result(term, case, actual, expected) -> str | None:
+    stored = term.tensors(case)
+    if isinstance(expected, torch.Tensor) and (slip := dtype_slip(actual, expected, stored)):
+        return slip
+    name = matching_variant(actual, term.fingerprints(case), case.atol, case.rtol)
+    if name and name in term.hints:
+        return f"your output matches {term.hints[name]}"
+    if not isinstance(expected, torch.Tensor):
+        return None
+    guess = heuristic(actual, expected, case.atol, case.rtol)
+    if guess is None:
+        floats = [t for k, t in stored.items() if k.startswith("in/") and t.is_floating_point() and t.numel()]
+        guess = overflow(actual, expected, max((t.abs().max().item() for t in floats), default=0.0), case.function)
+    return guess
+
+
+def _sentence(text: str) -> str:
+    return text if text.endswith(".") else text + "."

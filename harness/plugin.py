@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from harness.checks import checks_for
-from harness.compare import Mismatch, describe
-from harness.diagnose import rank_error
+from harness.compare import Mismatch
+from harness.diagnose import diagnose
 from harness.contract import ADAPTERS
 from harness.probes import AllocationTooLarge, DeviceMismatch
 from harness.progress import Progress
@@ -209,6 +209,8 @@ def _explain(item, name, excinfo) -> str | None:
         entry = excinfo.traceback[-1]
         where = f"{_short(entry.path)}:{entry.lineno + 1}"
         return f"{name or 'this function'} is not implemented yet ({where}: {excinfo.value})"
+    if excinfo.errisinstance(ContractViolation):
+        return str(excinfo.value) + diagnose(item.config.stash[STATE]["term"], None, error=excinfo.value)
     if excinfo.errisinstance(REPORTED):
         return str(excinfo.value)
     tests = item.config.rootpath / "tests"
@@ -223,13 +225,12 @@ def _explain(item, name, excinfo) -> str | None:
     excinfo.traceback = tb
     case = getattr(item, "callspec", None) and item.callspec.params.get("fixture_check", (None,))[0]
     about = f", case {case.name!r} ({case.note})" if case and not case.hidden else ""
-    report = f"{name or 'the code under test'} raised {excinfo.typename}{about}:\n{excinfo.getrepr(style='short')}"
-    if case and not case.hidden:
-        term = item.config.stash[STATE]["term"]
-        shapes = ", ".join(f"{k}={describe(v)}" for k, v in term.inputs(case).items() if hasattr(v, "shape"))
-        cause = rank_error(str(excinfo.value), shapes)
-        report += f"\nLikely cause: {cause}." if cause else ""
-    return report
+    cause = diagnose(item.config.stash[STATE]["term"], case or None, error=excinfo.value)
+    if cause:  # a named crash: where it happened and the error's first line say enough
+        error = str(excinfo.value).strip().splitlines()[0][:300]
+        return (f"{name or 'the code under test'} raised {excinfo.typename}{about} at "
+                f"{_short(tb[-1].path)}:{tb[-1].lineno + 1}: {error}{cause}")
+    return f"{name or 'the code under test'} raised {excinfo.typename}{about}:\n{excinfo.getrepr(style='short')}"
 
 
 def _is_ours(path, tests: Path) -> bool:

@@ -2,8 +2,11 @@
 
 - `largest_allocation`: the biggest tensor any op allocates during a call. A
   one-hot [..., vocab_size] tensor shows up here even though its values are exact.
-- `run_on_meta`: runs a call on meta tensors and fails only on a device mismatch,
-  i.e. a tensor made on the CPU inside the call and mixed with the inputs.
+- `run_on_meta`: runs a call on meta tensors and fails only on a device mismatch
+  that a GPU would refuse too: a tensor made on the CPU inside the call and mixed
+  with the inputs. CPU index tensors into a device tensor (`table[cpu_ids]`) are
+  allowed, as CUDA allows them.
+- `tables_indexed`: which tensors a call looks rows up in (the role of a table).
 """
 
 import contextlib
@@ -70,6 +73,10 @@ class DeviceMismatch(AssertionError):
 
 
 _SCALAR_READS = {aten._local_scalar_dense.default, aten.is_nonzero.default, aten.item.default}
+# Advanced indexing accepts CPU indices into a tensor on any device ("indices should be
+# either on cpu or on the same device as the indexed tensor"): only `self` must match.
+_INDEXING = {aten.index, aten.index_put, aten.index_put_, aten._index_put_impl_, aten._unsafe_index,
+             aten._unsafe_index_put}
 
 
 class _MetaWatcher(_Mode):
@@ -79,9 +86,10 @@ class _MetaWatcher(_Mode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         tensors = _tensors((args, kwargs))
-        devices = {t.device.type for t in tensors if t.dim() > 0}
+        checked = _device_checked(func, args, kwargs, tensors)
+        devices = {t.device.type for t in checked if t.dim() > 0}
         if "meta" in devices and "cpu" in devices:
-            cpu = next(t for t in tensors if t.device.type == "cpu" and t.dim() > 0)
+            cpu = next(t for t in checked if t.device.type == "cpu" and t.dim() > 0)
             origin = self.cpu_made.get(cpu.untyped_storage().data_ptr())
             made = f", made by torch.{origin}(...) inside the call" if origin else ""
             raise DeviceMismatch(
@@ -98,6 +106,14 @@ class _MetaWatcher(_Mode):
                 if t.device.type == "cpu":
                     self.cpu_made[t.untyped_storage().data_ptr()] = func.overloadpacket.__name__
         return out
+
+
+def _device_checked(func, args, kwargs, tensors) -> list:
+    """The tensors whose devices must agree: for indexing, CPU indices are exempt."""
+    if func.overloadpacket not in _INDEXING or not args or not isinstance(args[0], torch.Tensor):
+        return tensors
+    indices = [t for t in _tensors(args[1]) if t.device.type != "cpu"] if len(args) > 1 else []
+    return [args[0], *indices, *_tensors((args[2:], kwargs))]
 
 
 @contextlib.contextmanager
@@ -122,7 +138,8 @@ def run_on_meta(fn, *args, **kwargs):
     """Call fn under the device watcher. Raises DeviceMismatch on a device mix.
 
     Other errors that meta tensors cause (data-dependent shapes, ops with no meta
-    kernel) are not the student's fault: the probe then returns None.
+    kernel, an `assert` on a value meta tensors cannot know) are not the student's
+    fault: the probe then returns None.
     """
     if getattr(fn, "remote_probe", None):  # code in a grading worker is watched there
         return fn.remote_probe("meta", *args)
@@ -135,7 +152,7 @@ def run_on_meta(fn, *args, **kwargs):
         if "Meta" in str(e) or "meta" in str(e):
             return None
         raise
-    except (RuntimeError, ValueError, IndexError, TypeError) as e:
+    except (RuntimeError, ValueError, IndexError, TypeError, AssertionError) as e:
         if "meta" in str(e).lower() and "device" in str(e).lower() and "cpu" in str(e).lower():
             raise DeviceMismatch(f"device mismatch on meta-device inputs: {e}") from None
         return None
@@ -151,19 +168,48 @@ class AllocationTooLarge(AssertionError):
 
 def assert_no_large_allocation(name: str, fn, args: tuple, *, factor: int = 8,
                                vocab_size: int | None = None, ids_shape=None):
-    """Call fn(*args); fail if any op allocates more than `factor` x the output's elements."""
+    """Call fn(*args); fail on a one-hot: an allocation shaped [*ids_shape, vocab_size],
+    or anything more than `factor` x (the table + the output).
+
+    The table itself ([vocab_size, d_model], e.g. a module's own weight built inside
+    the call) is never counted as waste: only what is larger than both is.
+    """
     result, largest = largest_allocation(fn, *args)
-    limit = factor * max(result.numel(), 1)
-    if largest is None or largest.numel <= limit:
+    table = vocab_size * result.shape[-1] if vocab_size and result.dim() else 0
+    limit = factor * (max(result.numel(), 1) + table)
+    one_hot = (vocab_size is not None and ids_shape is not None and largest is not None
+               and largest.shape == [*ids_shape, vocab_size])
+    if largest is None or (largest.numel <= limit and not one_hot):
         return result
     dtype = str(largest.dtype).removeprefix("torch.")
     text = (f"{name} allocated a {dtype}{largest.shape} tensor (aten.{largest.op}, {largest.numel:,} elements), "
-            f"{largest.numel // max(result.numel(), 1):,}x its output {list(result.shape)}.")
-    if vocab_size and largest.shape[-1] == vocab_size and ids_shape is not None \
-            and largest.shape[:-1] == list(ids_shape):
+            f"{largest.numel // max(result.numel(), 1):,}x its output {list(result.shape)}")
+    text += f" and {largest.numel // table:,}x the table [{vocab_size}, {result.shape[-1]}]." if table else "."
+    if one_hot:
         text += (f"\nThat is a one-hot [..., vocab_size] tensor. At GPT-2 scale ([8, 1024] ids, V=50257) "
                  f"it is {8 * 1024 * 50257 * 4 / 1e9:.1f} GB in fp32, to fetch 8,192 rows. "
                  "Index the table instead: weights[token_ids].")
     else:
-        text += " A lookup needs nothing larger than its output; avoid expanding to the table's size."
+        text += " A lookup needs nothing larger than its table and its output: index the table, weights[ids]."
     raise AllocationTooLarge(text)
+
+
+def tables_indexed(fn, *args) -> set[int]:
+    """Storages of the tensors a call looks rows up in (indexing, embedding, index_select)."""
+    with _TableRecorder() as recorder:
+        fn(*args)
+    return recorder.tables
+
+
+class _TableRecorder(_Mode):
+    LOOKUPS = {aten.index, aten.embedding, aten.index_select, aten._unsafe_index}
+
+    def __init__(self):
+        super().__init__()
+        self.tables: set[int] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in self.LOOKUPS:
+            table = args[1] if func.overloadpacket is aten.embedding else args[0]
+            self.tables.add(table.untyped_storage().data_ptr())
+        return func(*args, **(kwargs or {}))

@@ -35,7 +35,7 @@ class Case:
     grads: list[str] = field(default_factory=list)  # input paths ("weights/ln1.weight") with a stored gradient
     grad_atol: float = 1e-6
     grad_rtol: float = 1e-5
-    views: dict = field(default_factory=dict)       # input path -> "transposed" (a non-contiguous view)
+    views: dict = field(default_factory=dict)       # input path -> a VIEWS layout (a non-contiguous view)
     hidden: bool = False
     note: str = ""          # what this case is about, shown in failure reports
     diagnoses: list[str] = field(default_factory=list)  # known mistakes with a stored fingerprint
@@ -110,7 +110,7 @@ class Term:
     @staticmethod
     def _leaf(case: Case, path: str, stored: torch.Tensor, requires_grad: bool) -> torch.Tensor:
         t = stored.clone().requires_grad_(requires_grad and path in case.grads)
-        return t.transpose(-1, -2) if case.views.get(path) == "transposed" else t
+        return swap_view(t, case.views.get(path))
 
     def expected(self, case: Case):
         """The stored result: a tensor, or a dict for functions that return one."""
@@ -118,6 +118,15 @@ class Term:
         if "out" in stored:
             return stored["out"]
         return {k: v.item() for k, v in unflatten(stored, "out").items()}
+
+
+# Non-contiguous inputs are stored contiguous and viewed by swapping two axes (its own inverse):
+# "transposed" as x.T, "heads" as the layout right after a head split, [..., seq, h, d] -> [..., h, seq, d].
+VIEWS = {"transposed": (-1, -2), "heads": (-3, -2)}
+
+
+def swap_view(t: torch.Tensor, layout: str | None) -> torch.Tensor:
+    return t.transpose(*VIEWS[layout]) if layout else t
 
 
 def unflatten(stored: dict, prefix: str) -> dict:

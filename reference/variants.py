@@ -16,7 +16,7 @@ from unittest import mock
 
 import torch
 import torch.nn.functional as F
-from einops import rearrange
+from einops import rearrange, reduce
 from torch import nn
 
 import reference.adapters as ref
@@ -81,7 +81,7 @@ def _sinusoidal(d, positions, *, layout="interleaved", exponent="pair", swap=Fal
         inv = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float64) / (half - 1))
         return torch.cat([(p * inv).sin(), (p * inv).cos()], dim=-1).float()
     j = torch.arange(d, dtype=torch.float64)
-    power = j if exponent == "raw" else j - j % 2
+    power = j if exponent == "raw" else (j - j % 2) / 2 if exponent == "pair_index" else j - j % 2
     angles = p / torch.pow(10000.0, power / d)
     even, odd = (angles.cos(), angles.sin()) if swap else (angles.sin(), angles.cos())
     return torch.where(j % 2 == 0, even, odd).float()
@@ -175,10 +175,14 @@ def _softmax_no_max(x, dim):
     return e / e.sum(dim=dim, keepdim=True)
 
 
-def _attention(*, scale=True, invert=False, mask_after=False, dim=-1, swap_qk=False):
+def _attention(*, scale=True, invert=False, mask_after=False, dim=-1, swap_qk=False, scale_by="d_k",
+               mask_required=False):
     def sdpa(Q, K, V, mask=None):
         scores = (K @ Q.transpose(-1, -2)) if swap_qk else (Q @ K.transpose(-1, -2))
-        scores = scores / math.sqrt(Q.shape[-1]) if scale else scores
+        width = V.shape[-1] if scale_by == "d_v" else Q.shape[-1]
+        scores = scores / math.sqrt(width) if scale else scores
+        if mask_required:  # ~None raises: the None case was never tried
+            return attention.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ V
         keep = None if mask is None else (~mask if invert else mask)
         if keep is not None and not mask_after:
             scores = scores.masked_fill(~keep, float("-inf"))
@@ -194,12 +198,16 @@ class _MHA(attention.MultiHeadSelfAttention):
     causal_mask = staticmethod(lambda seq, device: torch.ones(seq, seq, dtype=torch.bool, device=device).tril())
     transpose_heads = True
     rope_on_d_model = False
+    positions = "reference"  # or "meet_heads", "ignored", "skipped_when_none", "cpu_default"
 
     def forward(self, x, token_positions=None):
         seq, d = x.shape[-2], x.shape[-1]
         h = self.num_heads
-        if token_positions is None:
-            token_positions = torch.arange(seq, device=x.device)
+        rotate = not (token_positions is None and self.positions == "skipped_when_none")
+        if token_positions is None or self.positions == "ignored":
+            # cpu_default: torch.arange without device=; indexing device tables with it is allowed
+            token_positions = torch.arange(seq) if self.positions == "cpu_default" else \
+                torch.arange(seq, device=x.device)
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         if self.rope is not None and self.rope_on_d_model:
             whole = rope.RotaryPositionalEmbedding(self.rope_theta, d, self.rope_len, device=x.device)
@@ -210,8 +218,8 @@ class _MHA(attention.MultiHeadSelfAttention):
                 return rearrange(t, "... s (h e) -> ... h s e", h=h)
             return t.reshape(*t.shape[:-2], h, seq, d // h)  # view without the transpose
         q, k, v = heads(q), heads(k), heads(v)
-        if self.rope is not None and not self.rope_on_d_model:
-            positions = token_positions.unsqueeze(-2)
+        if self.rope is not None and not self.rope_on_d_model and rotate:
+            positions = token_positions if self.positions == "meet_heads" else token_positions.unsqueeze(-2)
             q, k = self.rope(q, positions), self.rope(k, positions)
         mask = self.causal_mask(seq, x.device)
         out = attention.scaled_dot_product_attention(q, k, v, mask)
@@ -269,11 +277,11 @@ register("attention_q_k_swapped", "scores computed as K Q^T",
 
 class _RoPE(nn.Module):
     """RoPE with a knob per known mistake; the correct settings match the reference."""
-    pairing, freq_offset, learnable, tables_in_forward = "interleaved", 0, False, False
+    pairing, freq_offset, learnable, tables_in_forward, fixed_theta = "interleaved", 0, False, False, None
 
     def __init__(self, theta, d_k, max_seq_len, device=None):
         super().__init__()
-        self.theta, self.d_k, self.max_seq_len = theta, d_k, max_seq_len
+        self.theta, self.d_k, self.max_seq_len = self.fixed_theta or theta, d_k, max_seq_len
         if not self.tables_in_forward:
             cos, sin = self._tables(device)
             if self.learnable:
@@ -321,15 +329,17 @@ register("rope_tables_on_cpu", "cos/sin built in forward without device=",
 # ================================================================ RMSNorm, SwiGLU
 
 class _RMSNorm(model.RMSNorm):
-    center, axis, use_gain, upcast, fixed_eps = False, -1, True, True, None
+    center, axis, use_gain, upcast, fixed_eps, module_dtype, einops_3d = False, -1, True, True, None, False, False
 
     def forward(self, x):
         wide = x.float() if self.upcast else x
         if self.center:
             wide = wide - wide.mean(dim=self.axis, keepdim=True)
         eps = self.fixed_eps if self.fixed_eps is not None else self.eps
-        out = wide / torch.sqrt(wide.pow(2).mean(dim=self.axis, keepdim=True) + eps)
-        return (out * self.weight if self.use_gain else out).to(x.dtype)
+        square_mean = reduce(wide.pow(2), "b t d -> b t 1", "mean") if self.einops_3d else \
+            wide.pow(2).mean(dim=self.axis, keepdim=True)
+        out = wide / torch.sqrt(square_mean + eps)
+        return (out * self.weight if self.use_gain else out).to(self.weight.dtype if self.module_dtype else x.dtype)
 
 
 
@@ -381,7 +391,14 @@ class _Block(model.TransformerBlock):
 
 
 class _LM(model.TransformerLM):
-    probabilities, dropout = False, 0.0
+    probabilities, dropout, plain_list = False, 0.0, False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.plain_list:  # a Python list: its blocks are not registered submodules
+            blocks = list(self.layers)
+            del self.layers
+            self.layers = blocks
 
     def forward(self, in_indices):
         x = self.token_embeddings(in_indices)
@@ -473,7 +490,9 @@ def _softmax_global_max(x, dim):
     return e / e.sum(dim=dim, keepdim=True)
 
 
-register("softmax_global_max", "softmax subtracts the global max, not each slice's", named_by="not the global max",
+register("softmax_global_max", "softmax subtracts the global max, not each slice's",
+         hint=("softmax with the global max: slices far below it underflow to 0/0 (NaN). Subtract each slice's own "
+               "max, x.amax(dim, keepdim=True)"),
          attention__softmax=_softmax_global_max)
 
 # ================================================================ contract slips
@@ -486,6 +505,73 @@ register("float64_output", "positions returned in float64", named_by="dtype",
          embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p).double())
 register("mutates_input", "the lookup writes into its weights", named_by="in place",
          embeddings__embedding_lookup=_mutating)
+
+# ================================================================ found in independently written solutions
+
+class _Linear(attention.Linear):
+    transpose, variance_as_std = True, False
+
+    def __init__(self, in_features, out_features, device=None, dtype=None):
+        super().__init__(in_features, out_features, device=device, dtype=dtype)
+        if self.variance_as_std:
+            std = 2.0 / (in_features + out_features)
+            nn.init.trunc_normal_(self.weight, std=std, a=-3 * std, b=3 * std)
+
+    def forward(self, x):
+        return x @ (self.weight.T if self.transpose else self.weight)
+
+
+class _RandomGainRMSNorm(model.RMSNorm):
+    def __init__(self, d_model, eps=1e-5, device=None, dtype=None):
+        super().__init__(d_model, eps, device=device, dtype=dtype)
+        nn.init.trunc_normal_(self.weight, std=1.0, a=-3.0, b=3.0)
+
+
+def _learned_at_arange(weights, token_positions):
+    emb.check_range(token_positions, weights.shape[0], "position")
+    rows = weights[torch.arange(token_positions.shape[-1], device=weights.device)]
+    return rows.expand(*token_positions.shape, -1)
+
+
+register("rope_positions_meet_heads", "[B, T] token_positions broadcast against [B, H, T, d_k]",
+         hint=("token_positions [batch, seq] broadcast against [batch, heads, seq, d_k], so batch meets heads; add "
+               "the heads axis: token_positions.unsqueeze(-2)"),
+         named_by="against [batch, heads, seq, d_k]",
+         attention__MultiHeadSelfAttention=_set(_MHA, positions="meet_heads"))
+register("mha_rope_ignores_positions", "attention with RoPE uses arange(seq), not token_positions",
+         hint="attention with RoPE that ignores token_positions and rotates by arange(seq)",
+         attention__MultiHeadSelfAttention=_set(_MHA, positions="ignored"))
+register("rope_skipped_without_positions", "RoPE skipped when token_positions is None",
+         hint="attention that skips RoPE when token_positions is None; None means positions 0..seq-1, still rotated",
+         attention__MultiHeadSelfAttention=_set(_MHA, positions="skipped_when_none"))
+register("attention_requires_mask", "SDPA uses ~mask even when mask is None", named_by="is None in this case",
+         attention__scaled_dot_product_attention=_attention(mask_required=True))
+register("rmsnorm_einops_3d", "RMSNorm reduces with an einops pattern 'b t d': only 3-D inputs work",
+         named_by="fixed number of dimensions",
+         model__RMSNorm=_set(_RMSNorm, einops_3d=True))
+register("blocks_in_python_list", "TransformerLM keeps its blocks in a plain Python list", named_by="nn.ModuleList",
+         model__TransformerLM=_set(_LM, plain_list=True))
+register("init_variance_as_std", "Linear init passes the variance 2/(d_in+d_out) as the std",
+         named_by="that is the variance", attention__Linear=_set(_Linear, variance_as_std=True))
+register("rmsnorm_gains_not_one", "RMSNorm gains initialised randomly, not to 1",
+         named_by="RMSNorm gains must start at 1", model__RMSNorm=_RandomGainRMSNorm)
+register("rope_theta_ignored", "RoPE always uses theta=10000, whatever theta is given",
+         hint="RoPE that ignores the theta argument and always uses 10000",
+         rope__RotaryPositionalEmbedding=_set(_RoPE, fixed_theta=10000.0))
+register("learned_positions_arange", "learned positions indexed with arange(seq), not token_positions",
+         hint="learned positions indexed with arange(seq) instead of the given token_positions",
+         embeddings__learned_positions=_learned_at_arange)
+register("sinusoidal_exponent_pair_index", "sinusoidal exponent i/d_model over the pair index",
+         hint="an exponent over the pair index, 10000^(i/d_model); pair i uses 10000^(2i/d_model)",
+         embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, exponent="pair_index"))
+register("attention_scale_sqrt_dv", "scores scaled by 1/sqrt(d_v) instead of 1/sqrt(d_k)",
+         hint="attention scores scaled by 1/sqrt(d_v); the scale uses d_k, the width of Q and K",
+         attention__scaled_dot_product_attention=_attention(scale_by="d_v"))
+register("rmsnorm_returns_module_dtype", "RMSNorm returns the weights' dtype, not the input's",
+         named_by="return the input's dtype", model__RMSNorm=_set(_RMSNorm, module_dtype=True))
+register("linear_without_transpose", "Linear computes x @ W without the transpose",
+         hint="a linear layer computing x @ W without the transpose; W is [d_out, d_in], so y = x @ W.T",
+         named_by="without its transpose", attention__Linear=_set(_Linear, transpose=False))
 
 # ================================================================ correct alternatives
 
@@ -589,3 +675,105 @@ def _torch_sdpa(Q, K, V, mask=None):
 
 register("torch_sdpa", "attention through torch.nn.functional.scaled_dot_product_attention", correct=True,
          attention__scaled_dot_product_attention=_torch_sdpa)
+
+
+# ---- modules built inside the adapter call, as the template does for Linear
+
+class _TemplateEmbedding(nn.Module):
+    def __init__(self, num_embeddings, embedding_dim, device=None, dtype=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim, device=device, dtype=dtype))
+        nn.init.trunc_normal_(self.weight, std=1.0, a=-3.0, b=3.0)
+
+    def forward(self, token_ids):
+        emb.check_range(token_ids, self.weight.shape[0], "token id")
+        return self.weight[token_ids]
+
+
+def _module_in_call(weights, token_ids):
+    return torch.func.functional_call(_TemplateEmbedding(*weights.shape), {"weight": weights}, (token_ids,))
+
+
+def _nn_embedding_in_call(weights, token_ids):
+    # F.embedding raises IndexError for ids outside [0, V) on its own.
+    return torch.func.functional_call(nn.Embedding(*weights.shape), {"weight": weights}, (token_ids,))
+
+
+register("embedding_module_in_call", "an Embedding module built inside the call, run with functional_call",
+         correct=True, embeddings__embedding_lookup=_module_in_call)
+register("nn_embedding_in_call", "nn.Embedding(V, D) built inside the call, run with functional_call",
+         correct=True, embeddings__embedding_lookup=_nn_embedding_in_call)
+
+
+# ---- range check written with assert
+
+def _assert_range(ids, size, what):
+    assert bool((ids >= 0).all()) and bool((ids < size).all()), f"{what} outside [0, {size})"
+
+
+register("assert_range_check", "range checks written as assert (ids >= 0).all() and (ids < V).all()",
+         correct=True, embeddings__check_range=_assert_range)
+
+
+# ---- CPU indices into device tables
+
+def _embed_cpu_positions(token_weights, position_weights, token_ids):
+    positions = torch.arange(token_ids.shape[-1])  # on the CPU: indexing a device table with it is allowed
+    if position_weights is None:
+        pos = emb.sinusoidal_positions(token_weights.shape[1], positions.to(token_ids.device))
+    else:
+        pos = emb.learned_positions(position_weights, positions)
+    return emb.embedding_lookup(token_weights, token_ids) + pos
+
+
+register("cpu_index_on_device_table", "default positions made with torch.arange(seq) on the CPU index device tables",
+         correct=True, embeddings__embed_with_positions=_embed_cpu_positions,
+         attention__MultiHeadSelfAttention=_set(_MHA, positions="cpu_default"))
+
+
+# ---- nn.Linear-based modules, fused QKV
+
+class _TorchLinear(nn.Linear):
+    def __init__(self, in_features, out_features, device=None, dtype=None):
+        super().__init__(in_features, out_features, bias=False, device=device, dtype=dtype)
+        std = math.sqrt(2.0 / (in_features + out_features))
+        nn.init.trunc_normal_(self.weight, std=std, a=-3 * std, b=3 * std)
+
+
+class _FusedQKV(attention.MultiHeadSelfAttention):
+    def forward(self, x, token_positions=None):
+        *lead, seq, d = x.shape
+        h = self.num_heads
+        fused = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+        q, k, v = F.linear(x, fused).view(*lead, seq, 3, h, d // h).unbind(-3)
+        q, k, v = (t.transpose(-2, -3) for t in (q, k, v))
+        if self.rope is not None:
+            positions = torch.arange(seq, device=x.device) if token_positions is None else token_positions
+            q, k = self.rope(q, positions.unsqueeze(-2)), self.rope(k, positions.unsqueeze(-2))
+        causal = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
+        return self.output_proj(out.transpose(-2, -3).reshape(*lead, seq, d))
+
+
+register("nn_linear_modules", "nn.Linear(bias=False) modules, fused QKV and torch SDPA in attention", correct=True,
+         attention__Linear=_TorchLinear, attention__MultiHeadSelfAttention=_FusedQKV)
+
+
+# ---- RoPE as 2x2 rotation matrices
+
+class _RotationRoPE(nn.Module):
+    def __init__(self, theta, d_k, max_seq_len, device=None):
+        super().__init__()
+        freqs = theta ** (-torch.arange(0, d_k, 2, dtype=torch.float64, device=device) / d_k)
+        angles = torch.arange(max_seq_len, dtype=torch.float64, device=device)[:, None] * freqs
+        c, s = angles.cos(), angles.sin()
+        rotations = torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2)  # [seq, d_k/2, 2, 2]
+        self.register_buffer("rotations", rotations.float(), persistent=False)
+
+    def forward(self, x, token_positions):
+        pairs = x.unflatten(-1, (-1, 2)).unsqueeze(-1)  # [..., seq, d_k/2, 2, 1]
+        return (self.rotations[token_positions] @ pairs).squeeze(-1).flatten(-2)
+
+
+register("rope_rotation_matrices", "RoPE as a table of 2x2 rotation matrices", correct=True,
+         rope__RotaryPositionalEmbedding=_RotationRoPE)

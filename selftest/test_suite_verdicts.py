@@ -53,6 +53,13 @@ def test_correct_alternative_passes_with_no_diagnosis(table, name):
     assert not row.caught_by and not row.diagnosis, f"{name} failed {row.caught_by}: {row.diagnosis}"
 
 
+@pytest.mark.parametrize("name", [v.name for v in MISTAKES if v.mistake is None])
+def test_mistake_found_in_real_code_is_named(table, name):
+    """Mistakes beyond MISTAKES.md come from independently written solutions: each must be named."""
+    row = table[name]
+    assert row.named, f"{name} ({VARIANTS[name].title}) is caught but not named; the report said: {row.diagnosis}"
+
+
 def test_most_mistakes_are_named_in_the_report(table, capsys):
     rows = list(table.values())
     with capsys.disabled():

@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from harness.contract import lm_weight_shapes
+from harness.probes import tables_indexed
 
 adapter = pytest.mark.adapter
 
 # Large enough that init statistics are sharp (4,096+ values per matrix), small enough to be quick.
-CONFIG = dict(vocab_size=512, context_length=16, d_model=64, num_layers=2, num_heads=4, d_ff=128)
+CONFIG = dict(vocab_size=512, context_length=24, d_model=64, num_layers=2, num_heads=4, d_ff=128)
 RESIDUAL = ("attn.output_proj.weight", "ffn.w2.weight")
 
 
@@ -25,13 +26,22 @@ def formula_params(vocab_size, d_model, num_layers, d_ff, **_):
     return 2 * V * d + L * (4 * d * d + 3 * d * d_ff + 2 * d) + d
 
 
+def unregistered(model) -> str:
+    """A sentence naming attributes that hold modules in a plain list, or ''."""
+    lists = [name for m in model.modules() for name, value in vars(m).items()
+             if isinstance(value, (list, tuple)) and any(isinstance(v, torch.nn.Module) for v in value)]
+    return (f" `{lists[0]}` is a plain Python list of modules: they are not registered, so parameters(), "
+            "state_dict(), .to() and optimizers miss them. Use nn.ModuleList." if lists else "")
+
+
 @adapter("get_transformer_lm")
 def test_state_dict_keys_are_the_contract(adapters):
-    keys = set(build(adapters).state_dict())
+    model = build(adapters)
+    keys = set(model.state_dict())
     expected = set(lm_weight_shapes(CONFIG["vocab_size"], CONFIG["d_model"], CONFIG["num_layers"], CONFIG["d_ff"]))
     assert keys == expected, (f"state_dict keys differ from the contract: missing {sorted(expected - keys)[:5]}, "
                               f"extra {sorted(keys - expected)[:5]}. RoPE tables are non-persistent buffers, "
-                              "and RoPE has no parameters.")
+                              "and RoPE has no parameters." + unregistered(model))
 
 
 @adapter("get_transformer_lm")
@@ -50,7 +60,13 @@ def test_forward_matches_run_transformer_lm_fixture(adapters, term):
     case = next(c for c in term.cases if c.function == "run_transformer_lm" and not c.hidden)
     kwargs = term.inputs(case)
     model = adapters.get_transformer_lm(**{k: v for k, v in case.args.items()})
-    model.load_state_dict(kwargs["weights"])
+    try:
+        model.load_state_dict(kwargs["weights"])
+    except RuntimeError as e:  # torch's message is long: keep the key lines
+        keys = [line.strip()[:300] for line in str(e).splitlines() if "key(s)" in line or "size mismatch" in line]
+        lines = [*(keys or [str(e)[:300]]), unregistered(model).strip()]
+        raise AssertionError("load_state_dict with the run_transformer_lm weights failed:\n  "
+                             + "\n  ".join(line for line in lines if line)) from None
     model.eval()
     with torch.no_grad():
         logits = model(kwargs["in_indices"])
@@ -80,9 +96,9 @@ def test_logits_are_causal(adapters):
     assert torch.allclose(a[:, :5], b[:, :5], atol=1e-5), "logits at t changed when tokens after t changed"
 
 
-def _expected_std(name, shape, scheme):
+def _expected_std(name, shape, scheme, embedding):
     L = CONFIG["num_layers"]
-    if name.endswith("token_embeddings.weight"):
+    if embedding:
         return 1.0 if scheme == "cs336" else 0.02
     if scheme == "gpt2":
         return 0.02 / math.sqrt(2 * L) if name.endswith(RESIDUAL) else 0.02
@@ -98,6 +114,10 @@ TRUNCATED_STD = 0.9866
 @pytest.mark.parametrize("scheme", ["cs336", "gpt2"])
 def test_initialisation_statistics(adapters, scheme):
     model = build(adapters, scheme)
+    # Judge each matrix by its role, not its name: the embedding is the table the forward indexes.
+    ids = torch.randint(0, CONFIG["vocab_size"], (1, 4), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        tables = tables_indexed(model, ids)
     problems = []
     for name, p in model.named_parameters():
         w = p.detach().double()
@@ -105,12 +125,18 @@ def test_initialisation_statistics(adapters, scheme):
             if not torch.equal(w, torch.ones_like(w)):
                 problems.append(f"{name}: RMSNorm gains must start at 1")
             continue
-        sigma = _expected_std(name, tuple(w.shape), scheme)
+        embedding = p.untyped_storage().data_ptr() in tables
+        sigma = _expected_std(name, tuple(w.shape), scheme, embedding)
         target = sigma * (TRUNCATED_STD if scheme == "cs336" else 1.0)
         # The sample std of n values has standard error about sigma / sqrt(2n); allow 5 of them.
         slack = 5 * sigma / math.sqrt(2 * w.numel())
-        if abs(w.std().item() - target) > slack:
-            problems.append(f"{name}: std {w.std().item():.4g}, expected {target:.4g} +- {slack:.2g}")
+        std = w.std().item()
+        if abs(std - target) > slack:
+            kind = "embedding" if embedding else "linear"
+            problem = f"{name} ({kind}): std {std:.4g}, expected {target:.4g} +- {slack:.2g}"
+            if sigma < 1 and abs(std - target * sigma) < slack * sigma:
+                problem += f": that is the variance {sigma ** 2:.4g} used as the std; pass std=sqrt(variance)"
+            problems.append(problem)
         if scheme == "cs336" and w.abs().max().item() > 3 * sigma * (1 + 1e-6):
             problems.append(f"{name}: max |w| = {w.abs().max().item():.4g} > 3 sigma = {3 * sigma:.4g}; "
                             "pass a=-3*std, b=3*std to trunc_normal_ (its defaults are absolute +-2)")

@@ -1,0 +1,95 @@
+"""The probes and the diagnosis, each proved both ways on small hand-made calls:
+correct code in the styles real students write passes, and each mistake is named."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from einops import reduce
+from torch import nn
+
+from harness.diagnose import crash, missing_return
+from harness.probes import AllocationTooLarge, DeviceMismatch, assert_no_large_allocation, run_on_meta
+
+V, D, ROWS = 4096, 4, (8, 16)
+
+
+def _ids(device="cpu"):
+    return torch.randint(0, V, ROWS, generator=torch.Generator().manual_seed(0)).to(device)
+
+
+def test_allocation_probe_accepts_the_modules_own_table_built_in_the_call():
+    def lookup(weights, ids):  # nn.Embedding allocates and initialises its own [V, D] weight
+        return torch.func.functional_call(nn.Embedding(V, D), {"weight": weights}, (ids,))
+    with torch.no_grad():
+        assert_no_large_allocation("lookup", lookup, (torch.randn(V, D), _ids()), vocab_size=V, ids_shape=ROWS)
+
+
+def test_allocation_probe_names_a_one_hot():
+    def one_hot(weights, ids):
+        return F.one_hot(ids, V).to(weights.dtype) @ weights
+    with pytest.raises(AllocationTooLarge, match=r"one-hot \[..., vocab_size\]"):
+        assert_no_large_allocation("lookup", one_hot, (torch.randn(V, D), _ids()), vocab_size=V, ids_shape=ROWS)
+
+
+def test_meta_probe_accepts_cpu_indices_into_a_device_table():
+    table = torch.empty(V, D, device="meta")
+    assert run_on_meta(lambda ids: table[torch.arange(ids.shape[-1])], _ids("meta")).device.type == "meta"
+
+
+def test_meta_probe_rejects_a_cpu_table_indexed_by_device_ids():
+    with pytest.raises(DeviceMismatch, match="made by torch.randn"):
+        run_on_meta(lambda ids: torch.randn(V, D)[ids], _ids("meta"))
+
+
+def test_meta_probe_accepts_an_assert_range_check():
+    table = torch.empty(V, D, device="meta")
+
+    def lookup(ids):
+        assert bool((ids >= 0).all()) and bool((ids < V).all()), "id out of range"
+        return table[ids]
+    assert run_on_meta(lookup, _ids("meta")) is None  # the answer is unknowable on meta: not a failure
+
+
+def _error(fn, *args) -> BaseException:
+    try:
+        fn(*args)
+    except Exception as e:  # noqa: BLE001 - the error is the test's subject
+        return e
+    raise AssertionError("expected an error")
+
+
+def test_einops_rank_error_is_named():
+    error = _error(lambda x: reduce(x, "b t d -> b t", "mean"), torch.zeros(8))
+    assert "fixed number of dimensions" in crash(error, None, {})
+
+
+def test_none_argument_is_named_only_when_the_raising_line_uses_it():
+    def uses_mask(scores, mask):
+        return scores.masked_fill(~mask, 0.0)
+
+    def drops_a_result(scores, mask):
+        rows = None
+        return rows + scores
+    case = type("Case", (), {"args": {}})()
+    inputs = {"scores": torch.zeros(2, 2), "mask": None}
+    assert "`mask` although it is None" in crash(_error(uses_mask, torch.zeros(2, 2), None), case, inputs)
+    assert crash(_error(drops_a_result, torch.zeros(2, 2), None), case, inputs) is None
+
+
+def test_missing_return_is_located_in_the_student_module(tmp_path):
+    source = tmp_path / "attention.py"
+    source.write_text("def softmax(x, dim):\n    return x\n\n\n"
+                      "def scaled_dot_product_attention(Q, K, V, mask=None):\n    out = Q @ K.T @ V\n")
+    said = missing_return("run_scaled_dot_product_attention returned None, but the contract says ...", source)
+    assert "attention.py:5 `scaled_dot_product_attention` never returns a value" in said
+    assert missing_return("run_softmax returned None, but ...", source) is None
+
+
+def test_the_embedding_is_found_by_its_role_not_its_name_or_shape():
+    from reference.model import TransformerLM
+    from harness.probes import tables_indexed
+    model = TransformerLM(50, 8, 16, 1, 2, 24, 10000.0)
+    with torch.no_grad():
+        tables = tables_indexed(model, torch.zeros(1, 4, dtype=torch.long))
+    found = [n for n, p in model.named_parameters() if p.untyped_storage().data_ptr() in tables]
+    assert found == ["token_embeddings.weight"]  # lm_head.weight has the same [V, d] shape
