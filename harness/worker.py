@@ -185,6 +185,9 @@ class Worker:
             report = None if largest is None else {"op": largest.op, "shape": largest.shape,
                                                    "dtype": str(largest.dtype).removeprefix("torch.")}
             return {"value": out, "largest": report}
+        if kind == "tables":
+            with torch.no_grad():
+                return {"value": sorted(probes.tables_indexed(fn, *args))}
         raise ValueError(f"unknown probe {kind!r}")
 
     # -- helpers
