@@ -62,7 +62,8 @@ class Grading:
             test["message"] = str(report.longrepr)[:4000] if report.failed else ""
 
 
-def grade(project: Path, term: str, submission: Path, slot: int, settings: dict, protections: Protections) -> dict:
+def grade(project: Path, term: str, submission: Path, slot: int, settings: dict) -> dict:
+    protections = Protections(**settings["protections"])  # detected once, by `harness grade`
     sandbox = Sandbox(submission, protections, slot, settings["memory_mb"], settings["timeout"])
     link = Link(sandbox, settings["case_timeout"], deadline=time.monotonic() + settings["timeout"])
     plugin = Grading(link)
@@ -82,11 +83,9 @@ def main() -> None:
     # Replies go on the real stdout; anything else that writes to fd 1 goes to stderr.
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
-    protections = Protections.detect()
     for line in sys.stdin:
         job = json.loads(line)
-        result = grade(Path(job["project"]), job["term"], Path(job["submission"]), job["slot"], job["settings"],
-                       protections)
+        result = grade(Path(job["project"]), job["term"], Path(job["submission"]), job["slot"], job["settings"])
         replies.write(json.dumps(result) + "\n")
         replies.flush()
 

@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
@@ -88,11 +88,12 @@ class Graded:
 
 class Grader:
     def __init__(self, project: Path, term: str, timeout: float, case_timeout: float, memory_mb: int,
-                 require_confinement: bool = False):
+                 require_confinement: bool = False, protections: Protections | None = None):
         self.project, self.term_name = project, term
-        self.settings = {"timeout": timeout, "case_timeout": case_timeout, "memory_mb": memory_mb}
         Term(project, term, hidden=True)  # verify hashes before grading anything
-        self.protections = Protections.detect()
+        self.protections = protections or Protections.detect()
+        self.settings = {"timeout": timeout, "case_timeout": case_timeout, "memory_mb": memory_mb,
+                         "protections": asdict(self.protections)}
         if require_confinement and not (self.protections.confined and
                                         (self.protections.uid_drop or os.geteuid() != 0)):
             raise BadSetup(f"--require-confinement: {self.protections.describe()}")
@@ -299,8 +300,9 @@ def junit_xml(graded: Graded) -> str:
 
 def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs: int = 1,
               timeout: float = 600.0, case_timeout: float = 30.0, memory_mb: int = 4096,
-              progress=None, require_confinement: bool = False, announce=None) -> list[Graded]:
-    grader = Grader(project, term, timeout, case_timeout, memory_mb, require_confinement)
+              progress=None, require_confinement: bool = False, announce=None,
+              protections: Protections | None = None) -> list[Graded]:
+    grader = Grader(project, term, timeout, case_timeout, memory_mb, require_confinement, protections)
     if announce:
         announce(grader.protections.describe())
     names = [s.name.removesuffix(".zip") for s in submissions]

@@ -73,7 +73,7 @@ class Link:
             raise WorkerFailure(self.broken)
         try:
             self.sock = self.sandbox.fork(self.phase)
-        except ConnectionError as e:
+        except OSError as e:  # it could not start, or died before forking
             self.broken = f"the sandbox could not start a worker ({e})"
             raise WorkerFailure(self.broken) from None
         try:

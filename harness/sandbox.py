@@ -38,12 +38,13 @@ class Protections:
     uid_drop: bool
 
     @classmethod
-    def detect(cls) -> "Protections":
-        bwrap = shutil.which("bwrap")
+    def detect(cls, bubblewrap: bool = True) -> "Protections":
+        bwrap = shutil.which("bwrap") if bubblewrap else None
         if bwrap and subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "true"],
                                     capture_output=True).returncode != 0:
             bwrap = None  # installed but unusable here (no user namespaces, seccomp)
-        return cls(bwrap, os.geteuid() == 0)
+        # Without bwrap's mounts, another uid must be able to reach Python and its packages itself.
+        return cls(bwrap, os.geteuid() == 0 and (bwrap is not None or _readable_by_others(_system_paths())))
 
     @property
     def confined(self) -> bool:
@@ -58,7 +59,7 @@ class Protections:
             on.append("unprivileged uid per slot")
         off = [] if self.bwrap else ["filesystem allow-list", "no network", "PID namespace (install bubblewrap)"]
         if not self.uid_drop:
-            off.append("uid drop (the grader is not root)")
+            off.append("uid drop (needs root, and Python readable by other users)")
         return "protections on: " + ", ".join(on) + ("; OFF: " + ", ".join(off) if off else "")
 
 
@@ -205,6 +206,14 @@ def _system_paths() -> list[Path]:
     paths += [Path(p) for p in site.getsitepackages() + [site.getusersitepackages()]]
     paths = sorted({p for p in paths if p.exists() or p.is_symlink()})
     return [p for p in paths if not any(q != p and p.is_relative_to(q) and not q.is_symlink() for q in paths)]
+
+
+def _readable_by_others(paths: list[Path]) -> bool:
+    for path in paths:
+        for folder in [path.resolve(), *path.resolve().parents]:
+            if folder.exists() and not folder.stat().st_mode & 0o001:
+                return False
+    return True
 
 
 def _mount(source: Path, target: Path) -> list[str]:

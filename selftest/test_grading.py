@@ -317,6 +317,21 @@ def test_hidden_tests_publish_later_and_leak_nothing(graded):
         assert "inputs:" not in t["output"] and "first mismatches" not in t["output"]
 
 
+def test_without_bubblewrap_the_worker_still_runs_apart_and_limited(tmp_path):
+    """Where namespaces are forbidden: a plain subprocess (as root, under its own uid) still grades."""
+    subs = tmp_path / "subs"
+    reference_as_student(subs / "reference")
+    edit(reference_as_student(subs / "exits") / "student" / "accounting.py", *EDITED["exits"][1:])
+    plain = Protections.detect(bubblewrap=False)
+    results = {r.name: r for r in grade_all(PROJECT, sorted(subs.iterdir()), TERM, tmp_path / "out",
+                                            jobs=1, case_timeout=5, protections=plain)}
+    assert results["reference"].score == pytest.approx(FULL)
+    assert 0 < results["exits"].score < FULL and not _survivors()
+    assert "filesystem allow-list" in plain.describe().split("OFF:")[1]
+    if os.geteuid() == 0 and not plain.uid_drop:  # e.g. Python under /root, unreachable for another uid
+        assert "uid drop" in plain.describe().split("OFF:")[1]
+
+
 def test_gradescope_run_autograder_writes_results(tmp_path):
     """The template, run against a fake /autograder tree with the reference as the submission."""
     root = tmp_path / "autograder"
