@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.compare import Mismatch
 from harness.plugin import ADAPTER
 from harness.remote import Link, RemoteFunctions, StudentCodeError, WorkerFailure
 from harness.runtime import Adapters
@@ -46,10 +47,16 @@ class Grading:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
-        """The submission's own error, said in one line with its own frames: no grader traceback."""
+        """The submission's own error in one line, without the grader's traceback; on a hidden
+        case only the kind of failure (Mismatch reports are already written without data)."""
         report = (yield).get_result()
-        if call.excinfo is not None and call.excinfo.errisinstance((StudentCodeError, WorkerFailure)):
-            name = item.stash.get(ADAPTER, None) or "the code under test"
+        if call.excinfo is None or not report.failed:
+            return
+        name = item.stash.get(ADAPTER, None) or "the code under test"
+        if self.tests[item.nodeid]["hidden"] and not call.excinfo.errisinstance(Mismatch):
+            report.longrepr = (f"{name}, a hidden case: {call.excinfo.typename} (hidden cases show no details; "
+                               "re-read the docstring's rules)")
+        elif call.excinfo.errisinstance((StudentCodeError, WorkerFailure)):
             report.longrepr = f"{name}: {call.excinfo.value}"
 
     def pytest_runtest_setup(self, item):

@@ -290,6 +290,9 @@ def test_hidden_inputs_and_the_environment_never_reach_visible_output(graded):
     assert "SEEN" in seen and "seen so far" in seen, "the attack should have printed what it saw"
     assert not [h for h in hidden if h in seen], "a hidden case's input reached visible output"
     assert CANARY not in seen and "secret" not in seen
+    published = [t["output"] for t in json.loads((out / "results.json").read_text())["tests"]
+                 if t["visibility"] != "visible"]
+    assert published and not [m for m in published if "seen so far" in m], "a hidden case showed the code's message"
 
 
 @pytest.mark.parametrize("name", ["traversal", "absolute", "symlink", "bomb", "symlinked_adapters"])
