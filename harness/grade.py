@@ -132,7 +132,9 @@ class Grader:
         return changed
 
     def record(self, graded: Graded, result: dict) -> None:
-        graded.tests = [Test(t["id"], t["adapter"], t["hidden"], t["outcome"], t["message"])
+        unrun = "not run: the submission ran out of time" if result.get("timed_out") else "not run"
+        graded.tests = [Test(t["id"], t["adapter"], t["hidden"], t["outcome"],
+                             t["message"] or (unrun if t["outcome"] == "not run" else ""))
                         for t in result["tests"]]
         graded.output = result["output"]
         if result.get("timed_out"):
