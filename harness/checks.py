@@ -8,7 +8,7 @@ import torch
 
 from harness.compare import Mismatch, assert_close, assert_same_counts, describe
 from harness.diagnose import heuristic, matching_variant, overflow
-from harness.store import Case, Term
+from harness.store import Case, Term, at
 
 
 def header(case: Case, kwargs: dict) -> str:
@@ -88,8 +88,7 @@ def check_raises(adapters, term: Term, case: Case) -> None:
 
 
 def _leaf(kwargs: dict, path: str) -> torch.Tensor:
-    arg, _, key = path.partition("/")
-    return kwargs[arg][key] if key else kwargs[arg]
+    return at(kwargs, path)
 
 
 def _check_not_mutated(term: Term, case: Case, kwargs: dict) -> None:
