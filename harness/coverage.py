@@ -5,6 +5,8 @@ caught when any test fails, and named when a failure report says what it is (the
 variant's diagnosis hint, or the phrase of the probe that names it).
 """
 
+import multiprocessing
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,20 +26,28 @@ class Row:
     named_in: list[str]  # contract functions with a failing test whose report names this mistake
 
 
-def coverage(project: Path, names: list[str] | None = None, extra: tuple = ()) -> list[Row]:
+def coverage(project: Path, names: list[str] | None = None, extra: tuple = (), jobs: int | None = None) -> list[Row]:
+    """One suite run per variant, spread over `jobs` forked workers (default: one per CPU).
+
+    Torch is imported once, before the fork, so a worker starts in milliseconds."""
     from reference.variants import VARIANTS  # instructor-side
-    numbers = {v.name: n for n, v in numbered(VARIANTS)}
-    rows = []
-    for v in VARIANTS.values():
-        if names and v.name not in names:
-            continue
-        run = run_suite(project, "--adapters", f"reference.variants:{v.name}", *extra, quiet=True)
-        caught = sorted({n.split("::")[-1] for n in run.failed})
-        naming = [n for n, m in run.messages.items() if (v.hint and v.hint in m) or (v.named_by and v.named_by in m)]
-        said = _diagnosis_line(run)
-        named_in = sorted({run.adapters.get(n) for n in naming} - {None})
-        rows.append(Row(v.name, numbers.get(v.name), v.correct, caught, bool(naming), said, named_in))
-    return rows
+    wanted = [v.name for v in VARIANTS.values() if not names or v.name in names]
+    jobs = min(jobs or len(os.sched_getaffinity(0)), len(wanted))
+    if jobs <= 1:
+        return [_row(project, name, extra) for name in wanted]
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        return pool.starmap(_row, [(project, name, extra) for name in wanted], chunksize=1)
+
+
+def _row(project: Path, name: str, extra: tuple) -> Row:
+    from reference.variants import VARIANTS
+    v = VARIANTS[name]
+    run = run_suite(project, "--adapters", f"reference.variants:{v.name}", *extra, quiet=True)
+    caught = sorted({n.split("::")[-1] for n in run.failed})
+    naming = [n for n, m in run.messages.items() if (v.hint and v.hint in m) or (v.named_by and v.named_by in m)]
+    named_in = sorted({run.adapters.get(n) for n in naming} - {None})
+    number = dict((v.name, n) for n, v in numbered(VARIANTS)).get(name)
+    return Row(v.name, number, v.correct, caught, bool(naming), _diagnosis_line(run), named_in)
 
 
 def numbered(variants: dict) -> list[tuple[int, object]]:
