@@ -39,6 +39,9 @@ def parser(instructor: bool) -> argparse.ArgumentParser:
                           help="write nothing; fail if a rendered file is out of date or missing")
     if not instructor:
         return top
+    contract.add_argument("--stubs", action="store_true",
+                          help="also rewrite student/ stubs that differ from the contract (this repository's "
+                               "student/ holds the stubs a release ships, never a student's work)")
 
     new = term.add_parser("new", help="build fixtures/NAME from the reference and the case catalogue")
     new.add_argument("name")
@@ -211,8 +214,12 @@ def contract_render(root: Path, args) -> int:
             if not args.check:
                 path.write_text(text)
         elif instructor and path.read_text() != text:
-            problems.append(f"stale stub: {path.relative_to(root)} differs from the contract's stubs "
-                            "(not overwritten; delete it and run `python -m harness contract` to re-render)")
+            if getattr(args, "stubs", False) and not args.check:
+                path.write_text(text)
+                problems.append(f"rendered: {path.relative_to(root)}")
+            else:
+                problems.append(f"stale stub: {path.relative_to(root)} differs from the contract's stubs "
+                                "(not overwritten; `python -m harness contract --stubs` rewrites it)")
     for line in problems:
         print(line)
     return 1 if args.check and problems else 0

@@ -19,8 +19,8 @@ from harness.contract import ADAPTERS
 
 BUILDERS = [n for n, a in ADAPTERS.items() if a.signature.return_annotation is torch.nn.Module]
 FUNCTIONS = [n for n in ADAPTERS if n not in BUILDERS]
-# Functions whose mistakes are caught, but only named through another function's tests
-# (GELU-for-SiLU is named in run_swiglu's; the embedding module's in run_embedding's).
+# No variant yet is named by these functions' own tests: GELU-for-SiLU (mistake 35) is
+# a SwiGLU variant, and the embedding module's mistakes are named in run_embedding's tests.
 # Strict: a variant that closes a gap turns its entry into a failure, so it is removed.
 UNNAMED = {"get_embedding", "run_silu"}
 

@@ -40,7 +40,8 @@ def left_on_another_device(out) -> list[str]:
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.adapter(n)) for n in FUNCTIONS])
 def test_function_runs_on_meta_device(adapters, term, name):
     case = next((c for c in term.cases if c.function == name and not c.hidden and c.check == "output"), None)
-    assert case is not None, f"term {term.name} has no public case of {name} to probe it with"
+    if case is None:  # a term built before the function existed; the selftest requires cases in new terms
+        pytest.skip(f"term {term.name} has no public case of {name} to probe it with")
     out = run_on_meta(getattr(adapters, name), **on_meta(term.inputs(case)))
     assert not left_on_another_device(out), f"{name} returned tensors on {left_on_another_device(out)}, " \
                                             "not the inputs' device"
