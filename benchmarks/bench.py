@@ -1,6 +1,6 @@
 """Speed and size figures for the student suite and the fixture store.
 
-    python benchmarks/bench.py [--runs 5] [--term 2026-fall]
+    python benchmarks/bench.py [--runs 5] [--term NAME]   (default: the pinned term)
 
 Prints medians over several runs. Targets (checked here, never by a timed test):
 the full student suite against the reference under 3x a bare `import torch` on the
@@ -35,10 +35,12 @@ def folder_size(folder: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--term", default="2026-fall")
+    parser.add_argument("--term", default=None, help="fixture term (default: [tool.harness] term)")
     parser.add_argument("--grading", type=int, default=20, metavar="N",
                         help="grade N reference submissions with --jobs 2 (0 skips it)")
     args = parser.parse_args()
+    from harness.store import pinned_term
+    args.term = args.term or pinned_term(PROJECT)
 
     torch_import = wall([sys.executable, "-c", "import torch"], args.runs)
     suite = wall([sys.executable, "-m", "pytest", "-q", "--adapters", "reference.adapters"], args.runs)

@@ -1,9 +1,23 @@
 """Test harness for the transformer-from-scratch assignment.
 
-contract   the adapter functions students implement, declared once
+Shipped to students (the release):
+contract   the adapter functions students implement, declared once with their points,
+           tolerance and stub; renders adapters.py and the student/ stubs
 runtime    loads an adapters module and checks every call against the contract
-store      reads (and, for instructors, writes) a fixture term: safetensors + JSON
+store      reads a fixture term (safetensors + JSON), the pinned term, leaf paths
+plugin     the pytest plugin: options, case parametrisation, readable failures
+progress   the progress table at the end of a run
+checks     the output, gradient, must-raise and not-mutated checks of a fixture case
 compare    compares outputs and gradients and writes the failure report
-probes     checks that need no fixture: allocation size, device, mutation
-plugin     the pytest plugin: options, case parametrisation, progress table
+diagnose   names a known mistake when a result matches its stored fingerprint
+probes     checks that need no fixture: allocation size, meta device
+cli        `python -m harness`: term list and contract (a release has only these)
+
+Instructor only (left out of the release):
+catalogue  the fixture cases, as data
+build      builds a term from the reference and verifies one
+suite      runs the student suite in-process and collects what each test said
+coverage   the mistake-coverage table and MISTAKES.md
+release    writes the student edition
+grade      grades submissions in isolated subprocesses
 """
