@@ -11,6 +11,7 @@ from harness.diagnose import fingerprint
 from harness.checks import CHECKS, checks_for
 from harness.contract import ADAPTERS
 from harness.runtime import Adapters
+from harness.paths import assemble, leaves
 from harness.store import HIDDEN, Case, Term, flatten, swap_view, write_term
 from reference.variants import VARIANTS
 
@@ -47,20 +48,20 @@ def _build_case(reference: Adapters, spec: Spec, seed: int, mistakes: list) -> t
     adapter = ADAPTERS[spec.function]
     generated = spec.generate(seed)
     inputs = [n for n in adapter.signature.parameters if n in generated]
-    leaves = dict(_leaves(generated))
+    tensors_at = dict(leaves(generated))
     # Gradients for float32 cases; half-precision cases test dtype behaviour only.
-    float32 = all(t.dtype == torch.float32 for t in leaves.values() if t.is_floating_point())
-    grads = [p for p, t in leaves.items() if t.is_floating_point() and p.split("/")[0] in adapter.float_args]
+    float32 = all(t.dtype == torch.float32 for t in tensors_at.values() if t.is_floating_point())
+    grads = [p for p, t in tensors_at.items() if t.is_floating_point() and p.split("/")[0] in adapter.float_args]
     grads = grads if spec.check == "output" and float32 else []
     case = spec.case(generated, inputs, grads)
     tensors = {}
-    for path, t in leaves.items():
+    for path, t in tensors_at.items():
         tensors[f"in/{path}"] = swap_view(t, case.views.get(path))
     fn = getattr(reference, spec.function)
     # Expected values come from float64 (float32 inputs are widened), so they are the
     # exact answer rounded once, not one float32 implementation's rounding.
-    wide = {p: _widen(t).requires_grad_(p in grads) for p, t in leaves.items()}
-    kwargs = {**case.args, **_assemble(generated, wide)}
+    wide = {p: _widen(t).requires_grad_(p in grads) for p, t in tensors_at.items()}
+    kwargs = {**case.args, **assemble(generated, wide)}
     if spec.check == "raises":
         try:
             fn(**kwargs)
@@ -104,20 +105,6 @@ def _add_fingerprints(case: Case, tensors: dict, kwargs: dict, expected, mistake
         if fp is not None:
             case.diagnoses.append(variant.name)
             tensors.update(flatten(f"diag/{variant.name}", fp))
-
-
-def _leaves(generated: dict):
-    for arg, value in generated.items():
-        if isinstance(value, dict):
-            yield from ((f"{arg}/{k}", t) for k, t in value.items())
-        else:
-            yield arg, value
-
-
-def _assemble(generated: dict, leaves: dict) -> dict:
-    """Rebuild keyword arguments from leaf paths (dict arguments from "arg/key")."""
-    return {arg: {k: leaves[f"{arg}/{k}"] for k in value} if isinstance(value, dict) else leaves[arg]
-            for arg, value in generated.items()}
 
 
 def _widen(t: torch.Tensor) -> torch.Tensor:

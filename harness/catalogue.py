@@ -13,7 +13,9 @@ from typing import Callable
 
 import torch
 
-from harness.contract import block_weight_shapes, lm_weight_shapes
+from harness.contract import ADAPTERS, block_weight_shapes, lm_weight_shapes
+from harness.contract import rope_tolerance, sinusoidal_tolerance  # noqa: F401  (per-case tolerances below)
+from harness.paths import leaves
 from harness.store import Case, swap_view
 
 
@@ -98,12 +100,12 @@ class Spec:
     args: dict
     note: str = ""
     check: str = "output"
-    tolerance: tuple | Callable | None = None  # (atol, rtol), a function of the inputs, or the default
+    tolerance: tuple | Callable | None = None  # (atol, rtol), a function of the inputs, or the adapter's
     hidden: bool = False
 
     def case(self, generated: dict, inputs: list[str], grads: list[str]) -> Case:
         scalars = {k: v for k, v in self.args.items() if k not in generated}
-        tolerance = self.tolerance or TOLERANCE.get(self.function, (1e-5, 1e-4))
+        tolerance = self.tolerance or ADAPTERS[self.function].tolerance
         atol, rtol = tolerance(generated) if callable(tolerance) else tolerance
         grad_atol, grad_rtol = (atol, rtol) if atol or rtol else (1e-6, 1e-5)
         views = {path: gen.layout for path, gen in self.gens() if gen.layout}
@@ -113,11 +115,7 @@ class Spec:
 
     def gens(self):
         """(input path, recipe) for every tensor argument, dict entries as "arg/key"."""
-        for arg, value in self.args.items():
-            if isinstance(value, Gen):
-                yield arg, value
-            elif isinstance(value, dict):
-                yield from ((f"{arg}/{k}", g) for k, g in value.items())
+        return ((path, gen) for path, gen in leaves(self.args) if isinstance(gen, Gen))
 
     def generate(self, seed: int) -> dict:
         g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(f"{self.function}/{self.name}".encode()))
@@ -136,24 +134,6 @@ def case(function, name, note="", *, check="output", tolerance=None, hidden=Fals
 
 def raises(function, name, note, **args) -> Spec:
     return Spec(function, name, args, note, check="raises")
-
-
-def rope_tolerance(tensors: dict) -> tuple[float, float]:
-    """Correct float32 RoPE drifts by about 3.5e-8 x position x |value| (4.6e-6 at
-    position 100, 1.4e-4 at 4096); allow 2e-7 x position x the largest |value|."""
-    x = tensors.get("in_query_or_key", tensors.get("in_features"))
-    positions = tensors.get("token_positions")
-    largest = positions.max().item() if positions is not None else x.shape[-2]
-    return max(1e-5, 2e-7 * largest * x.abs().max().item()), 1e-4
-
-
-def sinusoidal_tolerance(tensors: dict) -> tuple[float, float]:
-    """Expected sinusoidal values come from float64. A correct float32 implementation
-    (pow or exp, either order) drifts by up to 7.5e-8 x the largest position (measured
-    for d_model 4..512, positions to 1e6), so allow 4e-7 x position, at least 1e-6."""
-    ids = tensors.get("token_positions", tensors.get("token_ids"))
-    largest = ids.max().item() if "token_positions" in tensors else ids.shape[-1] - 1
-    return max(1e-6, 4e-7 * largest), 0.0
 
 
 UNIT_2_1 = [
@@ -418,16 +398,6 @@ ACCOUNTING = [
     case("run_transformer_accounting", "hidden-config", "", hidden=True,
          vocab_size=32000, context_length=2048, d_model=1024, num_layers=16, num_heads=16, d_ff=2816),
 ]
-
-TOLERANCE = {
-    "run_embedding": (0.0, 0.0),               # a lookup copies rows: bit-exact
-    "run_learned_positions": (0.0, 0.0),
-    "run_embed_with_positions": (0.0, 0.0),    # one addition of stored values: exact
-    "run_sinusoidal_positions": sinusoidal_tolerance,
-    "run_softmax": (1e-6, 1e-4),
-    "run_silu": (1e-6, 1e-5),
-    "run_transformer_accounting": (0.0, 0.0),  # integers
-}
 
 CATALOGUE: list[Spec] = UNIT_2_1 + UNIT_2_2 + UNIT_2_5 + MODEL + ACCOUNTING
 

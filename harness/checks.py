@@ -9,6 +9,7 @@ import torch
 from harness.runtime import AdaptersError, ContractViolation
 from harness.compare import Mismatch, assert_close, assert_same_counts, describe
 from harness.diagnose import diagnose
+from harness.paths import at
 from harness.store import Case, Term, swap_view
 
 
@@ -70,8 +71,7 @@ def check_raises(adapters, term: Term, case: Case) -> None:
 
 
 def _leaf(kwargs: dict, path: str) -> torch.Tensor:
-    arg, _, key = path.partition("/")
-    return kwargs[arg][key] if key else kwargs[arg]
+    return at(kwargs, path)
 
 
 def _check_not_mutated(term: Term, case: Case, kwargs: dict) -> None:

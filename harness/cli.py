@@ -1,10 +1,14 @@
-"""`python -m harness`: the instructor's command line."""
+"""`python -m harness`: the command line. A student edition has `term list` and
+`contract`; the instructor commands need the repository with reference/ and say so."""
 
 import argparse
 import sys
 from pathlib import Path
 
-from harness.store import FixtureError, Term, list_terms
+import harness
+from harness.store import FixtureError, Term, list_terms, pin_term, pinned_term
+
+STUDENT_COMMANDS = {"term list", "contract"}
 
 
 class BadSetup(Exception):
@@ -19,25 +23,39 @@ def project_root() -> Path:
     raise SystemExit("harness: run this inside the assignment repository (no pyproject.toml with [tool.harness])")
 
 
-def main(argv=None) -> int:
-    root = project_root()
-    if str(root) not in sys.path:  # the installed `harness` script: reference/ and student/ live here
-        sys.path.insert(0, str(root))
-    parser = argparse.ArgumentParser(prog="harness", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def is_instructor_copy(root: Path) -> bool:
+    """The full repository: the reference and the code that builds terms are here."""
+    return (root / "reference" / "variants.py").is_file() and (Path(harness.__file__).parent / "build.py").is_file()
 
-    terms = sub.add_parser("term", help="build, verify and list fixture terms")
+
+def parser(instructor: bool) -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="harness", description=__doc__)
+    sub = top.add_subparsers(dest="command", required=True)
+
+    terms = sub.add_parser("term", help="fixture terms: " + ("build, verify, pin, compare and list" if instructor
+                                                             else "list them"))
     term = terms.add_subparsers(dest="action", required=True)
+    term.add_parser("list", help="list terms with their public and hidden case counts")
+    contract = sub.add_parser("contract", help="render adapters.py" + (", reference/adapters.py, MISTAKES.md"
+                                                                       if instructor else "")
+                              + " and any missing student/ stub from the contract")
+    contract.add_argument("--check", action="store_true",
+                          help="write nothing; fail if a rendered file is out of date or missing")
+    if not instructor:
+        return top
+    contract.add_argument("--stubs", action="store_true",
+                          help="also rewrite student/ stubs that differ from the contract (this repository's "
+                               "student/ holds the stubs a release ships, never a student's work)")
+
     new = term.add_parser("new", help="build fixtures/NAME from the reference and the case catalogue")
     new.add_argument("name")
     new.add_argument("--seed", type=int, required=True, help="fresh inputs and weights; same seed, same bytes")
-    new.add_argument("--from-catalogue", action="store_true",
-                     help="build from harness/catalogue.py (the only source today; accepted for clarity)")
     new.add_argument("--force", action="store_true", help="replace an existing term")
     verify = term.add_parser("verify", help="check hashes and schema, then run the reference on every case")
     verify.add_argument("name")
-    term.add_parser("list", help="list terms with their public and hidden case counts")
-    diff = term.add_parser("diff", help="cases added or removed between two terms")
+    use = term.add_parser("use", help="pin NAME in pyproject.toml ([tool.harness] term) and say what to run next")
+    use.add_argument("name")
+    diff = term.add_parser("diff", help="cases added, removed or changed between two terms")
     diff.add_argument("a")
     diff.add_argument("b")
 
@@ -47,7 +65,7 @@ def main(argv=None) -> int:
 
     grade = sub.add_parser("grade", help="grade submissions (folders or zips) in isolated subprocesses")
     grade.add_argument("submissions", nargs="+", type=Path)
-    grade.add_argument("--term", required=True)
+    grade.add_argument("--term", default=None, help="fixture term (default: the one pyproject.toml pins)")
     grade.add_argument("--out", type=Path, required=True, help="results.json + junit.xml per submission, grades.csv")
     grade.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
     grade.add_argument("--timeout", type=float, default=600, help="seconds per submission (default 600)")
@@ -57,25 +75,30 @@ def main(argv=None) -> int:
                        help="refuse to grade unless the bubblewrap sandbox (and, as root, the uid drop) is available")
     grade.add_argument("--memory-mb", type=int, default=4096, help="address-space cap per submission (default 4096)")
 
-    contract = sub.add_parser("contract", help="render adapters.py and reference/adapters.py from the contract")
-    contract.add_argument("--check", action="store_true", help="fail if a rendered file is out of date")
-
     mistakes = sub.add_parser("mistakes", help="run the suite against every known-mistake variant and print "
                                                 "which tests catch it and whether the report names it")
     mistakes.add_argument("names", nargs="*", help="only these variants")
+    return top
 
-    args = parser.parse_args(argv)
+
+def main(argv=None) -> int:
+    root = project_root()
+    if str(root) not in sys.path:  # the installed `harness` script: reference/ and student/ live here
+        sys.path.insert(0, str(root))
+    argv = sys.argv[1:] if argv is None else argv
+    instructor = is_instructor_copy(root)
+    words = [w for w in argv if not w.startswith("-")]
+    asked = " ".join(words[:2]) if words[:1] == ["term"] else " ".join(words[:1])
+    if not instructor and asked and asked not in STUDENT_COMMANDS and asked != "term":
+        print(f"harness: `{asked}` is an instructor command; this student edition has only "
+              f"{', '.join(sorted(STUDENT_COMMANDS))}.", file=sys.stderr)
+        return 2
+    args = parser(instructor).parse_args(argv)
     try:
         return COMMANDS[(args.command, getattr(args, "action", None))](root, args)
     except (FixtureError, FileExistsError, ValueError, BadSetup) as e:
         print(f"harness: {e}", file=sys.stderr)
         return 2
-    except ModuleNotFoundError as e:
-        if e.name and e.name.startswith(("harness.", "reference")):
-            print(f"harness: `{args.command}` is an instructor command; this copy does not include it "
-                  f"(missing {e.name}).", file=sys.stderr)
-            return 2
-        raise
 
 
 def term_new(root: Path, args) -> int:
@@ -97,22 +120,54 @@ def term_verify(root: Path, args) -> int:
 
 
 def term_list(root: Path, args) -> int:
+    pinned = pinned_term(root)
     for name in list_terms(root):
-        t = Term(root, name, hidden=True)
-        public = sum(not c.hidden for c in t.cases)
-        print(f"{name}: seed {t.manifest['seed']}, {public} public cases, {len(t.cases) - public} hidden")
+        t = Term(root, name)  # hidden counts come from the public manifest: a release has no hidden/
+        public, hidden = len(t.cases), sum(t.hidden_counts.values())
+        mark = "  (pinned)" if name == pinned else ""
+        print(f"{name}: seed {t.manifest['seed']}, {public} public cases, {hidden} hidden{mark}")
+    return 0
+
+
+def term_use(root: Path, args) -> int:
+    Term(root, args.name, hidden=True)  # only a term that exists and passes its hash checks
+    before = pinned_term(root)
+    pin_term(root, args.name)
+    print(f"pinned term {args.name} in pyproject.toml (was {before}). Next:\n"
+          f"  python -m harness term verify {args.name}\n"
+          "  pytest --adapters reference.adapters --hidden\n"
+          "  pytest selftest\n"
+          f"  git add pyproject.toml fixtures/{args.name}; git commit\n"
+          f"  python -m harness release OUT --term {args.name}   # the student edition")
     return 0
 
 
 def term_diff(root: Path, args) -> int:
-    a, b = ({c.id: c for c in Term(root, n, hidden=True).cases} for n in (args.a, args.b))
+    terms = [Term(root, n, hidden=True) for n in (args.a, args.b)]
+    a, b = ({c.id: c for c in t.cases} for t in terms)
     for label, ids in (("added", sorted(set(b) - set(a))), ("removed", sorted(set(a) - set(b)))):
         for case_id in ids:
             case = b.get(case_id) or a[case_id]
             print(f"{label:<8} {case_id}{' (hidden)' if case.hidden else ''}")
     same = sorted(set(a) & set(b))
-    print(f"{len(same)} cases in both (their values differ unless the seeds match)")
+    changed = 0
+    for case_id in same:
+        before, after = (_described(t, c[case_id]) for t, c in zip(terms, (a, b)))
+        for key in before.keys() | after.keys():
+            if before.get(key) != after.get(key):
+                print(f"changed  {case_id}: {key} {before.get(key)} -> {after.get(key)}")
+                changed += 1
+    print(f"{len(same)} cases in both, {changed} changes listed (their values differ unless the seeds match)")
     return 0
+
+
+def _described(term: Term, case) -> dict:
+    """What `term diff` compares: every input's shape and dtype, tolerances, note, hidden or not."""
+    shapes = {f"shape of {role[3:]}": f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+              for role, t in term.tensors(case).items() if role.startswith("in/")}
+    return {**shapes, "args": case.args, "check": case.check, "tolerance": (case.atol, case.rtol),
+            "gradient tolerance": (case.grad_atol, case.grad_rtol), "gradients": case.grads,
+            "note": case.note, "hidden": case.hidden}
 
 
 def release_cmd(root: Path, args) -> int:
@@ -130,7 +185,7 @@ def grade_cmd(root: Path, args) -> int:
         if tty:
             bar = "#" * (30 * done // total)
             print(f"\r[{bar:<30}] {done}/{total} {result.name[:30]:<30}", end="", file=sys.stderr, flush=True)
-    graded = grade_all(root, args.submissions, args.term, args.out, args.jobs, args.timeout,
+    graded = grade_all(root, args.submissions, args.term or pinned_term(root), args.out, args.jobs, args.timeout,
                        args.case_timeout, args.memory_mb, progress, args.require_confinement,
                        announce=lambda text: print(f"harness grade: {text}", file=sys.stderr))
     if tty:
@@ -143,19 +198,39 @@ def grade_cmd(root: Path, args) -> int:
 
 
 def contract_render(root: Path, args) -> int:
-    from harness.contract import render_adapters
-    stale = []
-    for package, path in [("student", root / "adapters.py"), ("reference", root / "reference" / "adapters.py")]:
-        text = render_adapters(package)
+    """Render what the contract generates. A student/ file is written only where none exists:
+    an existing one may hold a student's work, so a stale stub is reported, never overwritten."""
+    from harness.contract import ADAPTERS, render_adapters, render_stub
+    instructor = is_instructor_copy(root)
+    rendered = {root / "adapters.py": render_adapters("student")}
+    if instructor:
+        from harness.coverage import render_mistakes
+        from reference.variants import VARIANTS
+        rendered[root / "reference" / "adapters.py"] = render_adapters("reference")
+        rendered[root / "MISTAKES.md"] = render_mistakes(VARIANTS)
+    problems = []
+    for path, text in rendered.items():
         if path.exists() and path.read_text() == text:
             continue
-        stale.append(path)
+        problems.append(f"{'out of date' if args.check else 'rendered'}: {path.relative_to(root)}")
         if not args.check:
             path.write_text(text)
-    verb = "out of date" if args.check else "rendered"
-    for path in stale:
-        print(f"{verb}: {path.relative_to(root)}")
-    return 1 if stale and args.check else 0
+    for module in sorted({a.impl_module for a in ADAPTERS.values()}):
+        path, text = root / "student" / f"{module}.py", render_stub(module)
+        if not path.exists():
+            problems.append(f"{'missing' if args.check else 'rendered'}: {path.relative_to(root)}")
+            if not args.check:
+                path.write_text(text)
+        elif instructor and path.read_text() != text:
+            if getattr(args, "stubs", False) and not args.check:
+                path.write_text(text)
+                problems.append(f"rendered: {path.relative_to(root)}")
+            else:
+                problems.append(f"stale stub: {path.relative_to(root)} differs from the contract's stubs "
+                                "(not overwritten; `python -m harness contract --stubs` rewrites it)")
+    for line in problems:
+        print(line)
+    return 1 if args.check and problems else 0
 
 
 def mistakes_table(root: Path, args) -> int:
@@ -173,6 +248,7 @@ COMMANDS = {
     ("term", "verify"): term_verify,
     ("term", "list"): term_list,
     ("term", "diff"): term_diff,
+    ("term", "use"): term_use,
     ("release", None): release_cmd,
     ("grade", None): grade_cmd,
     ("contract", None): contract_render,

@@ -1,12 +1,13 @@
 """The adapter contract, declared once.
 
-Each spec below is the signature and docstring of one adapter function. Everything
-else derives from it: `adapters.py` and `reference/adapters.py` are rendered from
-these specs (`python -m harness contract render`), every adapter call is checked
-against the annotations at run time, and the progress table groups functions by unit.
-
-`glue` is the body the rendered adapters use, with `impl` standing for the package
-that holds the implementation (`student` or `reference`).
+Each spec below is the signature and docstring of one adapter function, and its
+decorator declares the rest of what belongs to that function: its unit, the `glue`
+body the rendered adapters use (`impl` stands for the package that holds the code:
+`student` or `reference`), its points, its output tolerance and the student stub.
+Everything else derives from it: `python -m harness contract` renders `adapters.py`,
+`reference/adapters.py` and any missing `student/` stub from these specs, every
+adapter call is checked against the annotations at run time, and the progress table
+groups functions by unit.
 """
 
 import inspect
@@ -42,17 +43,28 @@ UNITS = [
 ]
 
 
-# Points per function, split evenly over its tests (public and hidden) for partial credit.
-POINTS = {
-    "run_embedding": 3, "run_learned_positions": 2, "run_sinusoidal_positions": 3, "run_embed_with_positions": 2,
-    "get_embedding": 1, "get_sinusoidal_positions": 1,
-    "run_linear": 2, "run_softmax": 2, "run_silu": 1, "run_scaled_dot_product_attention": 4,
-    "run_multihead_self_attention": 5,
-    "run_rope": 4, "run_multihead_self_attention_with_rope": 4,
-    "run_rmsnorm": 3, "run_swiglu": 3, "run_transformer_block": 5, "run_transformer_lm": 5,
-    "run_transformer_accounting": 4,
-    "get_transformer_lm": 4,
-}
+# Tolerances: (atol, rtol) for outputs, or a function of a case's generated tensors.
+# atol = rtol = 0 means bit-exact. A catalogue case may still pass its own `tolerance=`.
+EXACT = (0.0, 0.0)
+DEFAULT_TOLERANCE = (1e-5, 1e-4)
+
+
+def rope_tolerance(tensors: dict) -> tuple[float, float]:
+    """Correct float32 RoPE drifts by about 3.5e-8 x position x |value| (4.6e-6 at
+    position 100, 1.4e-4 at 4096); allow 2e-7 x position x the largest |value|."""
+    x = tensors.get("in_query_or_key", tensors.get("in_features"))
+    positions = tensors.get("token_positions")
+    largest = positions.max().item() if positions is not None else x.shape[-2]
+    return max(1e-5, 2e-7 * largest * x.abs().max().item()), 1e-4
+
+
+def sinusoidal_tolerance(tensors: dict) -> tuple[float, float]:
+    """Expected sinusoidal values come from float64. A correct float32 implementation
+    (pow or exp, either order) drifts by up to 7.5e-8 x the largest position (measured
+    for d_model 4..512, positions to 1e6), so allow 4e-7 x position, at least 1e-6."""
+    ids = tensors.get("token_positions", tensors.get("token_ids"))
+    largest = ids.max().item() if "token_positions" in tensors else ids.shape[-1] - 1
+    return max(1e-6, 4e-7 * largest), 0.0
 
 
 @dataclass(frozen=True)
@@ -62,6 +74,9 @@ class Adapter:
     spec: Callable
     glue: str
     impl_module: str  # the student/ module that holds the implementation
+    points: float     # split evenly over the function's tests (public and hidden) for partial credit
+    tolerance: tuple | Callable = DEFAULT_TOLERANCE
+    stub: str = ""    # the student-side definition the glue calls, without a body ("" if another adapter's)
 
     @property
     def signature(self) -> inspect.Signature:
@@ -73,17 +88,16 @@ class Adapter:
         return [n for n, p in self.signature.parameters.items()
                 if _is_float(p.annotation) or p.annotation == dict[str, Tensor]]
 
-    @property
-    def points(self) -> int:
-        return POINTS[self.name]
-
 
 ADAPTERS: dict[str, Adapter] = {}
 
 
-def adapter(unit: str, module: str, glue: str):
+def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAULT_TOLERANCE, stub: str = ""):
+    """Declare one adapter: its unit, the student/ module and `glue` body the rendered
+    adapters use, its points, its output tolerance and its student stub."""
     def register(spec):
-        ADAPTERS[spec.__name__] = Adapter(spec.__name__, unit, spec, textwrap.dedent(glue).strip(), module)
+        ADAPTERS[spec.__name__] = Adapter(spec.__name__, unit, spec, textwrap.dedent(glue).strip(), module,
+                                          points, tolerance, textwrap.dedent(stub).strip())
         return spec
     return register
 
@@ -102,7 +116,9 @@ def _alternatives(annotation):
 
 # ---------------------------------------------------------------- Unit 2.1
 
-@adapter("2.1", "embeddings", "return impl.embeddings.embedding_lookup(weights, token_ids)")
+@adapter("2.1", "embeddings", "return impl.embeddings.embedding_lookup(weights, token_ids)",
+         points=3, tolerance=EXACT,
+         stub="def embedding_lookup(weights: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:")
 def run_embedding(
     vocab_size: int,
     d_model: int,
@@ -135,7 +151,9 @@ def run_embedding(
     """
 
 
-@adapter("2.1", "embeddings", "return impl.embeddings.learned_positions(weights, token_positions)")
+@adapter("2.1", "embeddings", "return impl.embeddings.learned_positions(weights, token_positions)",
+         points=2, tolerance=EXACT,
+         stub="def learned_positions(weights: torch.Tensor, token_positions: torch.Tensor) -> torch.Tensor:")
 def run_learned_positions(
     context_length: int,
     d_model: int,
@@ -164,7 +182,9 @@ def run_learned_positions(
     """
 
 
-@adapter("2.1", "embeddings", "return impl.embeddings.sinusoidal_positions(d_model, token_positions)")
+@adapter("2.1", "embeddings", "return impl.embeddings.sinusoidal_positions(d_model, token_positions)",
+         points=3, tolerance=sinusoidal_tolerance,
+         stub="def sinusoidal_positions(d_model: int, token_positions: torch.Tensor) -> torch.Tensor:")
 def run_sinusoidal_positions(
     d_model: int,
     token_positions: Int[Tensor, "... seq"],
@@ -197,7 +217,8 @@ def run_sinusoidal_positions(
 
 @adapter("2.1", "embeddings", """
     return impl.embeddings.embed_with_positions(token_weights, position_weights, token_ids)
-""")
+""", points=2, tolerance=EXACT,
+         stub="def embed_with_positions(token_weights, position_weights, token_ids):")
 def run_embed_with_positions(
     vocab_size: int,
     context_length: int,
@@ -233,7 +254,11 @@ def run_embed_with_positions(
     """
 
 
-@adapter("2.1", "embeddings", "return impl.embeddings.Embedding(vocab_size, d_model)")
+@adapter("2.1", "embeddings", "return impl.embeddings.Embedding(vocab_size, d_model)",
+         points=1, stub='''
+    class Embedding(nn.Module):
+        def __init__(self, vocab_size: int, d_model: int):
+''')
 def get_embedding(vocab_size: int, d_model: int) -> torch.nn.Module:
     """Build your token embedding module for a vocab_size x d_model table.
 
@@ -243,7 +268,11 @@ def get_embedding(vocab_size: int, d_model: int) -> torch.nn.Module:
     """
 
 
-@adapter("2.1", "embeddings", "return impl.embeddings.SinusoidalPositions(max_len, d_model)")
+@adapter("2.1", "embeddings", "return impl.embeddings.SinusoidalPositions(max_len, d_model)",
+         points=1, stub='''
+    class SinusoidalPositions(nn.Module):
+        def __init__(self, max_len: int, d_model: int):
+''')
 def get_sinusoidal_positions(max_len: int, d_model: int) -> torch.nn.Module:
     """Build your sinusoidal position module for positions 0 .. max_len-1.
 
@@ -258,7 +287,12 @@ def get_sinusoidal_positions(max_len: int, d_model: int) -> torch.nn.Module:
 
 @adapter("2.2", "attention", """
     return with_weights(impl.attention.Linear(d_in, d_out), {'weight': weights}, in_features)
-""")
+""", points=2, stub='''
+    class Linear(nn.Module):
+        """Bias-free linear layer; its one parameter is `weight` [out_features, in_features]."""
+
+        def __init__(self, in_features: int, out_features: int, device=None, dtype=None):
+''')
 def run_linear(
     d_in: int,
     d_out: int,
@@ -281,7 +315,9 @@ def run_linear(
     """
 
 
-@adapter("2.2", "attention", "return impl.attention.softmax(in_features, dim)")
+@adapter("2.2", "attention", "return impl.attention.softmax(in_features, dim)",
+         points=2, tolerance=(1e-6, 1e-4),
+         stub="def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:")
 def run_softmax(in_features: Float[Tensor, "..."], dim: int) -> Float[Tensor, "..."]:
     """Softmax along `dim`: exp(x - max) / sum(exp(x - max)).
 
@@ -293,12 +329,16 @@ def run_softmax(in_features: Float[Tensor, "..."], dim: int) -> Float[Tensor, ".
     """
 
 
-@adapter("2.2", "attention", "return impl.attention.silu(in_features)")
+@adapter("2.2", "attention", "return impl.attention.silu(in_features)",
+         points=1, tolerance=(1e-6, 1e-5),
+         stub="def silu(x: torch.Tensor) -> torch.Tensor:")
 def run_silu(in_features: Float[Tensor, "..."]) -> Float[Tensor, "..."]:
     """SiLU (swish): x * sigmoid(x), elementwise, same shape."""
 
 
-@adapter("2.2", "attention", "return impl.attention.scaled_dot_product_attention(Q, K, V, mask)")
+@adapter("2.2", "attention", "return impl.attention.scaled_dot_product_attention(Q, K, V, mask)",
+         points=4,
+         stub="def scaled_dot_product_attention(Q, K, V, mask=None):")
 def run_scaled_dot_product_attention(
     Q: Float[Tensor, "... queries d_k"],
     K: Float[Tensor, "... keys d_k"],
@@ -328,7 +368,16 @@ def run_scaled_dot_product_attention(
     weights = {'q_proj.weight': q_proj_weight, 'k_proj.weight': k_proj_weight,
                'v_proj.weight': v_proj_weight, 'output_proj.weight': o_proj_weight}
     return with_weights(module, weights, in_features)
-""")
+""", points=5, stub='''
+    class MultiHeadSelfAttention(nn.Module):
+        """Causal MHA with parameters q_proj, k_proj, v_proj, output_proj (each a Linear).
+
+        With max_seq_len and theta given, apply RoPE to Q and K after the head split.
+        """
+
+        def __init__(self, d_model: int, num_heads: int, max_seq_len: int | None = None,
+                     theta: float | None = None, device=None, dtype=None):
+''')
 def run_multihead_self_attention(
     d_model: int,
     num_heads: int,
@@ -362,7 +411,12 @@ def run_multihead_self_attention(
 @adapter("2.5", "rope", """
     rope = impl.rope.RotaryPositionalEmbedding(theta, d_k, max_seq_len, device=in_query_or_key.device)
     return rope(in_query_or_key, token_positions)
-""")
+""", points=4, stub='''
+    class RotaryPositionalEmbedding(nn.Module):
+        """forward(x [..., seq, d_k], token_positions [..., seq]) -> [..., seq, d_k]. No parameters."""
+
+        def __init__(self, theta: float, d_k: int, max_seq_len: int, device=None):
+''')
 def run_rope(
     d_k: int,
     theta: float,
@@ -403,7 +457,7 @@ def run_rope(
     weights = {'q_proj.weight': q_proj_weight, 'k_proj.weight': k_proj_weight,
                'v_proj.weight': v_proj_weight, 'output_proj.weight': o_proj_weight}
     return with_weights(module, weights, in_features, token_positions)
-""")
+""", points=4)
 def run_multihead_self_attention_with_rope(
     d_model: int,
     num_heads: int,
@@ -436,7 +490,12 @@ def run_multihead_self_attention_with_rope(
 
 @adapter("model", "model", """
     return with_weights(impl.model.RMSNorm(d_model, eps=eps), {'weight': weights}, in_features)
-""")
+""", points=3, stub='''
+    class RMSNorm(nn.Module):
+        """One parameter, `weight` [d_model], initialised to ones."""
+
+        def __init__(self, d_model: int, eps: float = 1e-5, device=None, dtype=None):
+''')
 def run_rmsnorm(
     d_model: int,
     eps: float,
@@ -463,7 +522,12 @@ def run_rmsnorm(
     module = impl.model.SwiGLU(d_model, d_ff)
     return with_weights(module, {'w1.weight': w1_weight, 'w2.weight': w2_weight, 'w3.weight': w3_weight},
                         in_features)
-""")
+""", points=3, stub='''
+    class SwiGLU(nn.Module):
+        """Parameters w1, w2, w3 (each a Linear)."""
+
+        def __init__(self, d_model: int, d_ff: int, device=None, dtype=None):
+''')
 def run_swiglu(
     d_model: int,
     d_ff: int,
@@ -483,7 +547,13 @@ def run_swiglu(
 @adapter("model", "model", """
     module = impl.model.TransformerBlock(d_model, num_heads, d_ff, max_seq_len, theta, device=in_features.device)
     return with_weights(module, weights, in_features)
-""")
+""", points=5, stub='''
+    class TransformerBlock(nn.Module):
+        """Submodules ln1, attn, ln2, ffn."""
+
+        def __init__(self, d_model: int, num_heads: int, d_ff: int, max_seq_len: int, theta: float,
+                     device=None, dtype=None):
+''')
 def run_transformer_block(
     d_model: int,
     num_heads: int,
@@ -514,7 +584,14 @@ def run_transformer_block(
     module = impl.model.TransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff,
                                       rope_theta, device=in_indices.device)
     return with_weights(module, weights, in_indices)
-""")
+""", points=5, stub='''
+    class TransformerLM(nn.Module):
+        """Submodules token_embeddings, layers, ln_final, lm_head; see get_transformer_lm for init."""
+
+        def __init__(self, vocab_size: int, context_length: int, d_model: int, num_layers: int,
+                     num_heads: int, d_ff: int, rope_theta: float, init_scheme: str = "cs336",
+                     device=None, dtype=None):
+''')
 def run_transformer_lm(
     vocab_size: int,
     context_length: int,
@@ -550,7 +627,10 @@ def run_transformer_lm(
 
 @adapter("accounting", "accounting", """
     return impl.accounting.transformer_accounting(vocab_size, context_length, d_model, num_layers, num_heads, d_ff)
-""")
+""", points=4, tolerance=EXACT, stub='''
+    def transformer_accounting(vocab_size, context_length, d_model, num_layers, num_heads,
+                               d_ff) -> dict[str, int]:
+''')
 def run_transformer_accounting(
     vocab_size: int,
     context_length: int,
@@ -580,7 +660,7 @@ def run_transformer_accounting(
 @adapter("init", "model", """
     return impl.model.TransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta,
                                     init_scheme=init_scheme)
-""")
+""", points=4)
 def get_transformer_lm(
     vocab_size: int,
     context_length: int,
@@ -620,6 +700,40 @@ def lm_weight_shapes(vocab_size: int, d_model: int, num_layers: int, d_ff: int) 
     for i in range(num_layers):
         shapes.update(block_weight_shapes(d_model, d_ff, prefix=f"layers.{i}."))
     return {**shapes, "ln_final.weight": (d_model,), "lm_head.weight": (vocab_size, d_model)}
+
+
+# The docstring of each student/ module; a module not listed gets a generic one.
+STUDENT_MODULES = {
+    "embeddings": "Unit 2.1: token embeddings and absolute positions.",
+    "attention": "Unit 2.2: linear layers, softmax, SiLU and attention.",
+    "rope": "Unit 2.5: rotary position embedding.",
+    "model": "Model assembly: RMSNorm, SwiGLU, the transformer block and the LM.\n\n"
+             "Parameter names are part of the contract (see run_transformer_lm in adapters.py).",
+    "accounting": "Accounting: parameter and FLOP counts.",
+}
+
+
+def render_stub(module: str) -> str:
+    """The starting `student/<module>.py`: every stub the adapters of that module declare."""
+    doc = STUDENT_MODULES.get(module, f"Your code for {', '.join(_callers(module, ''))}.")
+    header = (f'"""{doc}\n\nadapters.py calls the code below; the docstring of the adapter named in each\n'
+              'stub is its specification (shapes, layout and error rules).\n"""\n\n'
+              "import torch  # noqa: F401\nfrom torch import nn  # noqa: F401\n")
+    stubs = [_stub_body(a.stub, module) for a in ADAPTERS.values() if a.impl_module == module and a.stub]
+    return header + "".join("\n\n" + s for s in stubs)
+
+
+def _callers(module: str, symbol: str) -> list[str]:
+    return [a.name for a in ADAPTERS.values() if f"impl.{module}.{symbol}" in a.glue]
+
+
+def _stub_body(stub: str, module: str) -> str:
+    """A stub definition plus a body that raises, naming the adapters that call it."""
+    symbol = stub.split()[1].split("(")[0]
+    message = f"see the docstring of {' and '.join(_callers(module, symbol + '('))} in adapters.py"
+    if stub.startswith("class "):
+        return f'{stub}\n        super().__init__()\n        raise NotImplementedError("{message}")\n'
+    return f'{stub}\n    raise NotImplementedError("{message}")\n'
 
 
 def render_adapters(package: str) -> str:

@@ -5,6 +5,8 @@ caught when any test fails, and named when a failure report says what it is (the
 variant's diagnosis hint, or the phrase of the probe that names it).
 """
 
+import multiprocessing
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,20 +23,65 @@ class Row:
     caught_by: list[str]
     named: bool
     diagnosis: str
+    named_in: list[str]  # contract functions with a failing test whose report names this mistake
 
 
-def coverage(project: Path, names: list[str] | None = None, extra: tuple = ()) -> list[Row]:
+def coverage(project: Path, names: list[str] | None = None, extra: tuple = (), jobs: int | None = None) -> list[Row]:
+    """One suite run per variant, spread over `jobs` forked workers (default: one per CPU).
+
+    Torch is imported once, before the fork, so a worker starts in milliseconds."""
     from reference.variants import VARIANTS  # instructor-side
-    rows = []
-    for v in VARIANTS.values():
-        if names and v.name not in names:
-            continue
-        run = run_suite(project, "--adapters", f"reference.variants:{v.name}", *extra, quiet=True)
-        caught = sorted({n.split("::")[-1] for n in run.failed})
-        named = run.mentions(v.hint) or run.mentions(v.named_by)
-        said = _diagnosis_line(run)
-        rows.append(Row(v.name, v.mistake, v.correct, caught, named, said))
-    return rows
+    wanted = [v.name for v in VARIANTS.values() if not names or v.name in names]
+    jobs = min(jobs or len(os.sched_getaffinity(0)), len(wanted))
+    if jobs <= 1:
+        return [_row(project, name, extra) for name in wanted]
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        return pool.starmap(_row, [(project, name, extra) for name in wanted], chunksize=1)
+
+
+def _row(project: Path, name: str, extra: tuple) -> Row:
+    from reference.variants import VARIANTS
+    v = VARIANTS[name]
+    run = run_suite(project, "--adapters", f"reference.variants:{v.name}", *extra, quiet=True)
+    caught = sorted({n.split("::")[-1] for n in run.failed})
+    naming = [n for n, m in run.messages.items() if (v.hint and v.hint in m) or (v.named_by and v.named_by in m)]
+    named_in = sorted({run.adapters.get(n) for n in naming} - {None})
+    number = dict((v.name, n) for n, v in numbered(VARIANTS)).get(name)
+    return Row(v.name, number, v.correct, caught, bool(naming), _diagnosis_line(run), named_in)
+
+
+def numbered(variants: dict) -> list[tuple[int, object]]:
+    """(number, variant) for every known mistake: its `mistake=` number, else the next free one
+    in the order variants.py registers them."""
+    mistakes = [v for v in variants.values() if not v.correct]
+    following = max((v.mistake for v in mistakes if v.mistake), default=0) + 1
+    out = []
+    for v in mistakes:
+        if v.mistake is None:
+            out.append((following, v))
+            following += 1
+        else:
+            out.append((v.mistake, v))
+    return sorted(out, key=lambda nv: nv[0])
+
+
+def render_mistakes(variants: dict) -> str:
+    """MISTAKES.md: the numbered list of known mistakes, generated from reference/variants.py."""
+    lines = ["# Known mistakes", "",
+             "Generated from `reference/variants.py` by `python -m harness contract`; do not edit by hand.",
+             "Each entry is a variant of the reference that the selftest runs the student suite against:",
+             "it must fail, and the failure report should name it. *Diagnosis* is what a report says",
+             "when a result matches the mistake; *named by* is the phrase of the check that names it.",
+             "Run one with `pytest --adapters reference.variants:NAME`.", ""]
+    for n, v in numbered(variants):
+        lines.append(f"{n}. **{v.title}** (`{v.name}`)")
+        if v.hint:
+            lines.append(f"   Diagnosis: {v.hint}.")
+        if v.named_by:
+            lines.append(f"   Named by: \"{v.named_by}\".")
+    lines += ["", "## Correct alternatives", "", "Each must pass every test with no diagnosis.", ""]
+    lines += [f"- **{v.title}** (`{v.name}`)" for v in variants.values() if v.correct]
+    return "\n".join(lines) + "\n"
 
 
 def _diagnosis_line(run) -> str:

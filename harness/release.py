@@ -12,7 +12,8 @@ from pathlib import Path
 
 from harness.store import HIDDEN, Term
 
-INSTRUCTOR_ONLY = {"build.py", "catalogue.py", "coverage.py", "grade.py", "release.py", "suite.py"}
+INSTRUCTOR_ONLY = {"build.py", "catalogue.py", "coverage.py", "grade.py", "drive.py", "remote.py", "sandbox.py",
+                   "worker.py", "wire.py", "release.py", "suite.py"}
 STUDENT_README_END = "## Instructor and maintainer guide"
 
 

@@ -151,11 +151,11 @@ class RemoteFunction:
         kwargs = self.signature.bind(*args, **kwargs).arguments
         reply = self.link.request(op="call", name=self.name, kwargs=kwargs)
         with torch.no_grad():  # mirror in-place writes, so the mutation check sees them
-            leaves = dict(wire.leaves(kwargs))
+            leaves = dict(wire.tensors(kwargs))
             for path, value in reply.get("mutated", {}).items():
                 if path in leaves and leaves[path].shape == value.shape:
                     leaves[path].copy_(value)
-        wrt = [t for _, t in wire.leaves(kwargs) if t.requires_grad]
+        wrt = [t for _, t in wire.tensors(kwargs) if t.requires_grad]
         return _result(self.link, reply, wrt)
 
     def remote_probe(self, kind: str, *args):

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HARNESS = Path(__file__).resolve().parent
-WORKER_MODULES = ("__init__.py", "wire.py", "probes.py", "worker.py")
+WORKER_MODULES = ("__init__.py", "paths.py", "wire.py", "probes.py", "worker.py")
 BASE_UID = 61000  # one uid per parallel grading slot, so slots cannot signal or starve each other
 NPROC = 256       # processes and threads per uid
 FILE_LIMIT = 64 << 20

@@ -7,11 +7,15 @@ is the public folder alone. Nothing here uses pickle.
 
 import hashlib
 import json
+import re
+import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 from safetensors.torch import load, save_file
+
+from harness.paths import assemble, leaves
 
 SCHEMA = 1
 MANIFEST = "manifest.json"
@@ -48,6 +52,20 @@ class Case:
 
 def terms_root(project: Path) -> Path:
     return project / "fixtures"
+
+
+def pinned_term(project: Path) -> str:
+    """The term `[tool.harness] term` in the project's pyproject.toml pins."""
+    return tomllib.loads((project / "pyproject.toml").read_text())["tool"]["harness"]["term"]
+
+
+def pin_term(project: Path, name: str) -> None:
+    """Rewrite the `[tool.harness] term` line, leaving the rest of pyproject.toml as it is."""
+    path = project / "pyproject.toml"
+    text, count = re.subn(r'(?m)^term = ".*"$', f'term = "{name}"', path.read_text())
+    if count != 1:
+        raise ValueError(f"{path}: expected one `term = \"...\"` line under [tool.harness], found {count}")
+    path.write_text(text)
 
 
 def list_terms(project: Path) -> list[str]:
@@ -98,14 +116,10 @@ class Term:
 
         With requires_grad, every path in case.grads is a leaf that requires grad."""
         stored = self.tensors(case)
-        kwargs = dict(case.args)
-        for arg in case.inputs:
-            if f"in/{arg}" in stored:
-                kwargs[arg] = self._leaf(case, arg, stored[f"in/{arg}"], requires_grad)
-            else:
-                kwargs[arg] = {key: self._leaf(case, f"{arg}/{key}", t, requires_grad)
-                               for key, t in unflatten(stored, f"in/{arg}").items()}
-        return kwargs
+        structure = {arg: stored[f"in/{arg}"] if f"in/{arg}" in stored else unflatten(stored, f"in/{arg}")
+                     for arg in case.inputs}
+        made = {path: self._leaf(case, path, t, requires_grad) for path, t in leaves(structure)}
+        return {**case.args, **assemble(structure, made)}
 
     @staticmethod
     def _leaf(case: Case, path: str, stored: torch.Tensor, requires_grad: bool) -> torch.Tensor:

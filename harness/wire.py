@@ -15,6 +15,8 @@ import struct
 import torch
 from safetensors.torch import load, save
 
+from harness.paths import leaves
+
 MAX_MESSAGE = 512 << 20  # bytes; a larger message is refused, not allocated
 _HEAD = struct.Struct("!QQ")
 
@@ -39,13 +41,9 @@ def recv(sock: socket.socket):
     return _decode(header, tensors)
 
 
-def leaves(tree, prefix: str = ""):
-    """(path, tensor) for every tensor of a call's arguments; dict entries as "arg/key"."""
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            yield from leaves(value, f"{prefix}{key}/")
-        elif isinstance(value, torch.Tensor):
-            yield prefix + key, value
+def tensors(args: dict):
+    """(leaf path, tensor) for every tensor of a call's keyword arguments."""
+    return ((path, value) for path, value in leaves(args) if isinstance(value, torch.Tensor))
 
 
 def _read(sock: socket.socket, n: int) -> bytes:

@@ -12,8 +12,8 @@ expected values, fixture files or case metadata: only the arguments of one call.
             result (vector-Jacobian product), a method of a module it returned, or a
             probe (allocation size, meta device) run over one of those.
 
-Only harness.wire and harness.probes are importable here; they are copied into the
-sandbox on their own, without the rest of the harness.
+Only harness.paths, harness.wire and harness.probes are importable here; they are
+copied into the sandbox on their own, without the rest of the harness.
 """
 
 import ctypes
@@ -143,10 +143,10 @@ class Worker:
         fn = getattr(self._adapters(), name, None)
         if fn is None:
             raise AttributeError(f"adapters.py has no function {name}")
-        before = {path: t.detach().clone() for path, t in wire.leaves(kwargs)}
+        before = {path: t.detach().clone() for path, t in wire.tensors(kwargs)}
         out = fn(**kwargs)
-        mutated = {path: t.detach() for path, t in wire.leaves(kwargs) if not _same(before[path], t.detach())}
-        return {**self._result(out, [t for _, t in wire.leaves(kwargs) if t.requires_grad]), "mutated": mutated}
+        mutated = {path: t.detach() for path, t in wire.tensors(kwargs) if not _same(before[path], t.detach())}
+        return {**self._result(out, [t for _, t in wire.tensors(kwargs) if t.requires_grad]), "mutated": mutated}
 
     def vjp(self, handle: int, cotangent):
         out, wrt = self.graphs[handle]

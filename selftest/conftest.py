@@ -4,16 +4,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.coverage import coverage
+from harness.store import pinned_term
 from harness.suite import SuiteRun, run_suite as _run_suite
 from reference.submission import reference_as_student  # noqa: F401  (re-exported for the tests)
 
 PROJECT = Path(__file__).resolve().parents[1]
-
-
-def pinned_term() -> str:
-    """The term pyproject.toml pins: the selftest never names one."""
-    import tomllib
-    return tomllib.loads((PROJECT / "pyproject.toml").read_text())["tool"]["harness"]["term"]
+TERM = pinned_term(PROJECT)  # terms are data: the selftest runs whichever one is pinned
 
 
 def run_suite(*args: str) -> SuiteRun:
@@ -24,6 +21,13 @@ def run_suite(*args: str) -> SuiteRun:
 @pytest.fixture(scope="session")
 def project() -> Path:
     return PROJECT
+
+
+@pytest.fixture(scope="session")
+def table():
+    """The mistake-coverage table: one run of the whole suite, hidden cases included, per
+    variant (the selftest's longest step, so it runs once and its tests share it)."""
+    return {row.variant: row for row in coverage(PROJECT, extra=("--hidden",))}
 
 
 def edit(path: Path, old: str, new: str) -> None:

@@ -18,13 +18,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import PROJECT, edit, pinned_term, reference_as_student
+from conftest import PROJECT, TERM, edit, reference_as_student
 from harness.contract import ADAPTERS
 from harness.grade import grade_all
 from harness.sandbox import BASE_UID, Protections
 from harness.store import Term
 
-TERM = pinned_term()
 FULL = sum(a.points for a in ADAPTERS.values())
 HOSTILE = Path(__file__).parent / "hostile"
 CANARY = "HARNESS_CANARY_do_not_leak"

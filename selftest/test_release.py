@@ -1,40 +1,43 @@
-"""`harness release`: the student edition installs, runs as all-stubs, holds no reference
-or hidden data, and passes every public test once the reference is copied into student/."""
+"""`harness release`: the student edition runs as all-stubs, holds no reference or hidden
+data, passes every public test once the reference is copied into student/, and its
+command line offers only what a student needs.
 
+The edition's suite runs in a subprocess started in its folder, so it imports the
+edition's own `harness` (the folder comes first on sys.path), never this checkout's,
+and nothing depends on what the base interpreter has installed.
+"""
+
+import json
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from conftest import PROJECT, reference_as_student
+from conftest import PROJECT, TERM, reference_as_student
+from harness.cli import main
 from harness.release import release
 
-TERM = "2026-fall"
 
-
-def run(cmd, cwd, **kw):
+def run(cmd, cwd):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "HARNESS"))}
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, **kw)
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
 def edition(tmp_path_factory):
-    out = release(PROJECT, tmp_path_factory.mktemp("release") / "assignment", TERM)
-    venv = tmp_path_factory.mktemp("venv")
-    # The venv sees this machine's torch and tools; only the release itself is installed into it.
-    # --without-pip: the venv's bundled setuptools is too old to build; this machine's is used.
-    made = run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], out)
-    assert made.returncode == 0, made.stderr
-    python = venv / "bin" / "python"
-    installed = run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                     "--no-build-isolation", "-e", "."], out)
-    assert installed.returncode == 0, installed.stderr[-2000:]
-    return out, python
+    return release(PROJECT, tmp_path_factory.mktemp("release") / "assignment", TERM)
+
+
+@pytest.fixture
+def in_edition(edition, monkeypatch):
+    monkeypatch.chdir(edition)
+    return edition
 
 
 def test_release_holds_no_reference_hidden_or_instructor_code(edition):
-    out, _ = edition
+    out = edition
     files = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
     assert not [f for f in files if f.startswith(("reference/", "selftest/", "benchmarks/"))]
     assert not [f for f in files if "/hidden/" in f]
@@ -46,9 +49,10 @@ def test_release_holds_no_reference_hidden_or_instructor_code(edition):
 
 
 def test_release_runs_every_function_as_not_implemented(edition):
-    out, python = edition
-    result = run([str(python), "-m", "pytest", "-q"], out)
-    assert result.returncode == 1, result.stdout[-3000:]
+    result = run([sys.executable, "-m", "pytest", "-q"], edition)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    imported = run([sys.executable, "-c", "import harness; print(harness.__file__)"], edition).stdout
+    assert imported.strip() == f"{edition}/harness/__init__.py"  # the edition's harness, not this checkout's
     assert " passed" not in result.stdout.splitlines()[-1]
     assert "not implemented yet" in result.stdout
     assert "Hidden cases exist and were not run here" in result.stdout
@@ -57,14 +61,50 @@ def test_release_runs_every_function_as_not_implemented(edition):
 
 
 def test_release_passes_with_the_reference_copied_into_student(edition, tmp_path):
-    out, python = edition
-    reference_as_student(out)  # overwrite the stubs in place
-    result = run([str(python), "-m", "pytest", "-q"], out)
+    student = shutil.copytree(edition, tmp_path / "student-copy")
+    reference_as_student(student)  # overwrite the stubs in place
+    result = run([sys.executable, "-m", "pytest", "-q"], student)
     assert result.returncode == 0, result.stdout[-3000:]
     assert "failed" not in result.stdout.splitlines()[-1]
 
 
-def test_instructor_commands_say_they_are_absent(edition):
-    out, python = edition
-    result = run([str(python), "-m", "harness", "term", "new", "x", "--seed", "1"], out)
-    assert result.returncode == 2 and "instructor command" in result.stderr
+def test_student_help_lists_only_student_commands(in_edition, capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "contract" in out and "term" in out
+    for instructor in ("release", "grade", "mistakes"):
+        assert instructor not in out
+
+
+@pytest.mark.parametrize("command", [["term", "new", "x", "--seed", "1"], ["term", "verify", TERM],
+                                     ["grade", "a.zip", "--term", TERM, "--out", "o"], ["mistakes"]])
+def test_instructor_commands_refuse_with_one_line(in_edition, capsys, command):
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert "instructor command" in err and len(err.strip().splitlines()) == 1
+
+
+def test_contract_check_is_clean_in_a_release(in_edition, capsys):
+    assert main(["contract", "--check"]) == 0, capsys.readouterr().out
+    assert capsys.readouterr().out == ""
+
+
+def test_contract_never_overwrites_a_students_file(in_edition, capsys):
+    work = in_edition / "student" / "rope.py"
+    original = work.read_text()
+    work.write_text(original + "\n# my work\n")
+    (in_edition / "student" / "accounting.py").unlink()
+    try:
+        assert main(["contract"]) == 0
+        assert work.read_text().endswith("# my work\n")
+        assert "rendered: student/accounting.py" in capsys.readouterr().out
+    finally:
+        work.write_text(original)
+
+
+def test_term_list_counts_hidden_cases_from_the_manifest(in_edition, capsys):
+    assert main(["term", "list"]) == 0
+    manifest = json.loads((in_edition / "fixtures" / TERM / "manifest.json").read_text())
+    hidden = sum(manifest["hidden_counts"].values())
+    assert hidden and f", {hidden} hidden" in capsys.readouterr().out

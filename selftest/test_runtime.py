@@ -8,7 +8,7 @@ import textwrap
 import pytest
 import torch
 
-from conftest import PROJECT, run_suite
+from conftest import PROJECT, TERM, run_suite
 from harness.contract import render_adapters
 from harness.runtime import Adapters, AdaptersError, ContractViolation
 
@@ -77,7 +77,7 @@ def test_adapters_path_option_works_from_the_tests_folder():
                              "-k", "fixture"], cwd=PROJECT / "tests", env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "Progress: term 2026-fall" in result.stdout
+    assert f"Progress: term {TERM}" in result.stdout
 
 
 def test_progress_table_reports_each_state(capsys):
@@ -97,6 +97,6 @@ def test_unit_completion_points_to_the_next_unit(capsys):
 def test_running_another_term_than_the_release_pinned_is_said():
     from harness.progress import Progress
     from harness.store import Term
-    progress = Progress(Term(PROJECT, "2026-fall"), "adapters", pinned="2027-spring")
+    progress = Progress(Term(PROJECT, TERM), "adapters", pinned="another-term")
     progress.record("run_embedding", "passed", False)
-    assert "this release pins term 2027-spring; you ran 2026-fall" in progress.render()
+    assert f"this release pins term another-term; you ran {TERM}" in progress.render()

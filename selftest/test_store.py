@@ -1,15 +1,21 @@
-"""Fixture terms: verified on load, reproducible from the reference, never written by a test run."""
+"""Fixture terms: verified on load, built deterministically, never written by a test run.
+
+Committed terms are frozen data: they keep verifying while the catalogue grows, and no
+test rebuilds one and compares it with today's catalogue.
+"""
 
 import json
 import shutil
+from argparse import Namespace
 
 import pytest
 
+from conftest import PROJECT, TERM, run_suite
 from harness.build import build_term, verify_term
-from harness.store import FixtureError, Term, sha256
-from conftest import run_suite
+from harness.cli import term_diff, term_use
+from harness.store import FixtureError, Term, list_terms, pinned_term, sha256
 
-TERM = "2026-fall"
+SEED = json.loads((PROJECT / "fixtures" / TERM / "manifest.json").read_text())["seed"]
 
 
 @pytest.fixture
@@ -19,31 +25,66 @@ def copy_project(tmp_path, project):
     return tmp_path
 
 
-def test_committed_term_verifies(project):
-    assert verify_term(project, TERM) == []
+@pytest.fixture(scope="module")
+def twice(tmp_path_factory):
+    """The same new term (another seed than the pinned one) built into two folders."""
+    return [build_term(tmp_path_factory.mktemp(f"build{i}"), "fresh", SEED + 1) for i in range(2)]
 
 
-def test_rebuilding_the_term_gives_identical_bytes(project, tmp_path):
-    seed = json.loads((project / "fixtures" / TERM / "manifest.json").read_text())["seed"]
-    folder = build_term(tmp_path, TERM, seed)
-    committed = project / "fixtures" / TERM
-    built = sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file())
-    assert built == sorted(p.relative_to(committed) for p in committed.rglob("*") if p.is_file())
-    for rel in built:
-        assert (folder / rel).read_bytes() == (committed / rel).read_bytes(), f"{rel} differs"
+def files(folder):
+    return sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file())
 
 
-def test_another_seed_changes_every_random_expected_value(project, tmp_path):
-    build_term(tmp_path, "other", seed=7)
-    old, new = Term(project, TERM), Term(tmp_path, "other")
+@pytest.mark.parametrize("name", list_terms(PROJECT))
+def test_every_committed_term_verifies(name):
+    """Hashes, schema, and the reference passes every public and hidden case."""
+    assert verify_term(PROJECT, name) == []
+
+
+def test_building_twice_gives_identical_bytes(twice):
+    a, b = twice
+    assert files(a) == files(b) and files(a)
+    for rel in files(a):
+        assert (a / rel).read_bytes() == (b / rel).read_bytes(), f"{rel} differs between two builds"
+
+
+def test_another_seed_changes_every_random_expected_value(twice):
+    old, new = Term(PROJECT, TERM), Term(twice[0].parents[1], "fresh")
     case = next(c for c in old.cases if c.id == "run_embedding/seed-exercise")
     assert not (old.tensors(case)["out"] == new.tensors(case)["out"]).all()
 
 
-def test_build_refuses_to_overwrite(project, tmp_path):
-    build_term(tmp_path, "t", seed=1)
+def test_build_refuses_to_overwrite(tmp_path):
+    (tmp_path / "fixtures" / "t").mkdir(parents=True)
     with pytest.raises(FileExistsError, match="--force"):
         build_term(tmp_path, "t", seed=1)
+
+
+def test_term_diff_reports_changed_cases(copy_project, capsys):
+    edited = copy_project / "fixtures" / "edited"
+    shutil.copytree(copy_project / "fixtures" / TERM, edited)
+    manifest = json.loads((edited / "manifest.json").read_text())
+    case = next(c for c in manifest["cases"] if c["check"] == "output")
+    case["note"], case["atol"] = "a new note", case["atol"] + 1.0
+    dropped = manifest["cases"].pop()
+    (edited / "manifest.json").write_text(json.dumps(manifest))
+    term_diff(copy_project, Namespace(a=TERM, b="edited"))
+    out = capsys.readouterr().out
+    case_id = f"{case['function']}/{case['name']}"
+    assert f"changed  {case_id}: note" in out and "-> a new note" in out
+    assert f"changed  {case_id}: tolerance" in out
+    assert f"removed  {dropped['function']}/{dropped['name']}" in out
+
+
+def test_term_use_pins_a_term_and_says_what_next(copy_project, capsys):
+    shutil.copy(PROJECT / "pyproject.toml", copy_project / "pyproject.toml")
+    shutil.copytree(copy_project / "fixtures" / TERM, copy_project / "fixtures" / "other")
+    assert term_use(copy_project, Namespace(name="other")) == 0
+    assert pinned_term(copy_project) == "other"
+    assert "pytest selftest" in capsys.readouterr().out
+    with pytest.raises(FixtureError, match="unknown fixture term 'nope'"):
+        term_use(copy_project, Namespace(name="nope"))
+    assert pinned_term(copy_project) == "other"
 
 
 def test_flipped_byte_is_detected(copy_project):
@@ -96,8 +137,20 @@ def test_a_student_run_writes_nothing_under_fixtures(project):
 
 
 def test_no_pickle_anywhere(project):
-    # Spelled in pieces so this file does not match its own search.
+    # Spelled in pieces so this file does not match its own search. Hidden folders
+    # (.venv, .git) hold other people's code.
     banned = ("torch." + "load", "pickle." + "load", "allow_pickle" + "=True")
     offenders = [str(p.relative_to(project)) for p in project.rglob("*.py")
-                 if any(b in p.read_text() for b in banned)]
+                 if not p.relative_to(project).parts[0].startswith(".")
+                 and any(b in p.read_text() for b in banned)]
     assert not offenders
+
+
+def test_no_code_names_a_term(project):
+    """Terms are data: code, tests and scripts read the pinned one (pyproject.toml) instead."""
+    code = [p for p in project.rglob("*") if p.is_file()
+            and (p.suffix == ".py" or p.parent.name in (".ci", "gradescope"))
+            and p.relative_to(project).parts[0] not in (".venv", ".git", "fixtures")]
+    offenders = [f"{p.relative_to(project)}: {name}" for p in code for name in list_terms(project)
+                 if name in p.read_text()]
+    assert not offenders, offenders

@@ -1,5 +1,13 @@
-"""Accounting: parameter and FLOP counts. See run_transformer_accounting in adapters.py."""
+"""Accounting: parameter and FLOP counts.
+
+adapters.py calls the code below; the docstring of the adapter named in each
+stub is its specification (shapes, layout and error rules).
+"""
+
+import torch  # noqa: F401
+from torch import nn  # noqa: F401
 
 
-def transformer_accounting(vocab_size, context_length, d_model, num_layers, num_heads, d_ff) -> dict[str, int]:
+def transformer_accounting(vocab_size, context_length, d_model, num_layers, num_heads,
+                           d_ff) -> dict[str, int]:
     raise NotImplementedError("see the docstring of run_transformer_accounting in adapters.py")

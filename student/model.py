@@ -1,11 +1,13 @@
 """Model assembly: RMSNorm, SwiGLU, the transformer block and the LM.
 
 Parameter names are part of the contract (see run_transformer_lm in adapters.py).
+
+adapters.py calls the code below; the docstring of the adapter named in each
+stub is its specification (shapes, layout and error rules).
 """
 
-from torch import nn
-
-_SPEC = "see the docstring of {} in adapters.py"
+import torch  # noqa: F401
+from torch import nn  # noqa: F401
 
 
 class RMSNorm(nn.Module):
@@ -13,7 +15,7 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-5, device=None, dtype=None):
         super().__init__()
-        raise NotImplementedError(_SPEC.format("run_rmsnorm"))
+        raise NotImplementedError("see the docstring of run_rmsnorm in adapters.py")
 
 
 class SwiGLU(nn.Module):
@@ -21,7 +23,7 @@ class SwiGLU(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, device=None, dtype=None):
         super().__init__()
-        raise NotImplementedError(_SPEC.format("run_swiglu"))
+        raise NotImplementedError("see the docstring of run_swiglu in adapters.py")
 
 
 class TransformerBlock(nn.Module):
@@ -30,7 +32,7 @@ class TransformerBlock(nn.Module):
     def __init__(self, d_model: int, num_heads: int, d_ff: int, max_seq_len: int, theta: float,
                  device=None, dtype=None):
         super().__init__()
-        raise NotImplementedError(_SPEC.format("run_transformer_block"))
+        raise NotImplementedError("see the docstring of run_transformer_block in adapters.py")
 
 
 class TransformerLM(nn.Module):
@@ -40,4 +42,4 @@ class TransformerLM(nn.Module):
                  num_heads: int, d_ff: int, rope_theta: float, init_scheme: str = "cs336",
                  device=None, dtype=None):
         super().__init__()
-        raise NotImplementedError(_SPEC.format("run_transformer_lm and get_transformer_lm"))
+        raise NotImplementedError("see the docstring of run_transformer_lm and get_transformer_lm in adapters.py")

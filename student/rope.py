@@ -1,7 +1,11 @@
-"""Unit 2.5: rotary position embedding. See run_rope in adapters.py."""
+"""Unit 2.5: rotary position embedding.
 
-import torch
-from torch import nn
+adapters.py calls the code below; the docstring of the adapter named in each
+stub is its specification (shapes, layout and error rules).
+"""
+
+import torch  # noqa: F401
+from torch import nn  # noqa: F401
 
 
 class RotaryPositionalEmbedding(nn.Module):

@@ -1,0 +1,31 @@
+"""MISTAKES.md, the numbered list of known mistakes, lives in the repository and is
+generated from reference/variants.py: it cannot drift from the variants the selftest runs."""
+
+import re
+from types import SimpleNamespace
+
+from conftest import PROJECT
+from harness.coverage import numbered, render_mistakes
+from reference.variants import VARIANTS
+
+ENTRY = re.compile(r"^(\d+)\. \*\*(.+?)\*\* \(`(\w+)`\)$", re.M)
+
+
+def test_mistakes_list_is_generated_from_the_variants():
+    assert (PROJECT / "MISTAKES.md").read_text() == render_mistakes(VARIANTS), \
+        "MISTAKES.md is stale: run `python -m harness contract`"
+
+
+def test_every_mistake_has_one_number_and_every_number_one_variant():
+    entries = ENTRY.findall((PROJECT / "MISTAKES.md").read_text())
+    numbers = [int(n) for n, _, _ in entries]
+    assert numbers == list(range(1, len(numbers) + 1)), "numbers must run 1..N with no gap or repeat"
+    assert sorted(name for _, _, name in entries) == sorted(v.name for v in VARIANTS.values() if not v.correct)
+    for _, title, name in entries:
+        assert title == VARIANTS[name].title
+
+
+def test_a_variant_without_a_number_gets_the_next_free_one():
+    fake = {n: SimpleNamespace(name=n, mistake=m, correct=c) for n, m, c in
+            [("a", 2, False), ("b", None, False), ("ok", None, True), ("c", 1, False), ("d", None, False)]}
+    assert [(n, v.name) for n, v in numbered(fake)] == [(1, "c"), (2, "a"), (3, "b"), (4, "d")]

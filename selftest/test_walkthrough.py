@@ -1,0 +1,82 @@
+"""The README's "Adding a function" walkthrough, replayed in a temporary copy of the
+repository: each "Append to `FILE`:" block is appended to that file, each command runs
+(NAME and SEED are the pinned term's), and the new function is then held to what the
+selftest demands: the reference passes its public and hidden tests, and its mistake is
+named in its own failure report. So the walkthrough cannot drift from the code."""
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import PROJECT, TERM
+
+README = (PROJECT / "README.md").read_text()
+SECTION = README.split("### Adding a function")[1].split("\n### ")[0]
+APPENDS = re.findall(r"Append to `([^`]+)`:\n\n```python\n(.*?)```", SECTION, re.S)
+COMMANDS = [line.split("#")[0].strip() for block in re.findall(r"```bash\n(.*?)```", SECTION, re.S)
+            for line in block.splitlines() if line.strip()]
+
+
+def run(words, cwd):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "HARNESS"))}
+    # `python -m` puts the copy first on sys.path: its harness, reference and plugin are the ones imported.
+    return subprocess.run([sys.executable, "-m", *words], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.fixture(scope="module")
+def added(tmp_path_factory):
+    copy = tmp_path_factory.mktemp("walkthrough") / "repo"
+    skip = shutil.ignore_patterns(".*", "__pycache__", "*.egg-info", "selftest", "benchmarks", "gradescope")
+    shutil.copytree(PROJECT, copy, ignore=skip)
+    for term in (copy / "fixtures").iterdir():
+        if term.name != TERM:
+            shutil.rmtree(term)
+    for path, code in APPENDS:
+        with open(copy / path, "a") as f:
+            f.write("\n\n" + code)
+    seed = json.loads((copy / "fixtures" / TERM / "manifest.json").read_text())["seed"]
+    for command in COMMANDS:
+        words = shlex.split(command.replace("NAME", TERM).replace("SEED", str(seed)))
+        if words[:2] == ["pytest", "selftest"]:
+            continue  # the checks below are the selftest's, for the new function
+        result = run(words[2:] if words[:2] == ["python", "-m"] else words, copy)
+        assert result.returncode == 0, f"{command}:\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
+    return copy
+
+
+def test_walkthrough_has_its_steps():
+    assert [p for p, _ in APPENDS] == ["harness/contract.py", "reference/attention.py", "harness/catalogue.py",
+                                      "reference/variants.py"]
+    assert any(c.startswith("python -m harness contract") for c in COMMANDS)
+    assert any(c.startswith("python -m harness term new") for c in COMMANDS)
+    assert "pytest selftest" in COMMANDS
+
+
+def test_generated_files_are_up_to_date(added):
+    result = run(["harness", "contract", "--check"], added)
+    assert result.returncode == 0, result.stdout
+    assert "def run_gelu(" in (added / "adapters.py").read_text()
+    assert "def gelu(" in (added / "student" / "attention.py").read_text()
+    assert "`gelu_tanh`" in (added / "MISTAKES.md").read_text()
+
+
+def test_reference_passes_the_new_functions_public_and_hidden_tests(added):
+    result = run(["pytest", "-q", "-p", "no:cacheprovider", "--adapters", "reference.adapters", "--hidden",
+                  "-k", "run_gelu"], added)
+    assert result.returncode == 0, result.stdout[-3000:]
+    passed = int(re.search(r"(\d+) passed", result.stdout).group(1))
+    assert passed >= 5  # output and gradient of each public case, the hidden one, the device probe
+
+
+def test_the_new_mistake_is_named_in_the_new_functions_report(added):
+    result = run(["pytest", "-q", "-p", "no:cacheprovider", "--adapters", "reference.variants:gelu_tanh",
+                  "-k", "run_gelu"], added)
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert "GELU by its tanh approximation" in result.stdout
