@@ -27,15 +27,17 @@ class Row:
 
 
 def coverage(project: Path, names: list[str] | None = None, extra: tuple = (), jobs: int | None = None) -> list[Row]:
-    """One suite run per variant, spread over `jobs` forked workers (default: one per CPU).
+    """One suite run per variant, spread over `jobs` worker processes (default: one per CPU).
 
-    Torch is imported once, before the fork, so a worker starts in milliseconds."""
+    Workers are spawned, not forked: a fork of a process whose OpenMP threads have run
+    (any torch op with more than one thread) hangs at its first parallel op. Each worker
+    imports torch once and then runs many variants."""
     from reference.variants import VARIANTS  # instructor-side
     wanted = [v.name for v in VARIANTS.values() if not names or v.name in names]
     jobs = min(jobs or len(os.sched_getaffinity(0)), len(wanted))
     if jobs <= 1:
         return [_row(project, name, extra) for name in wanted]
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
         return pool.starmap(_row, [(project, name, extra) for name in wanted], chunksize=1)
 
 

@@ -19,10 +19,16 @@ from pathlib import Path
 import pytest
 
 from harness.compare import Mismatch
-from harness.plugin import ADAPTER
+from harness.plugin import ADAPTER, STATE
 from harness.remote import Link, RemoteFunctions, StudentCodeError, WorkerFailure
-from harness.runtime import Adapters
+from harness.runtime import Adapters, ContractViolation
 from harness.sandbox import Protections, Sandbox
+
+
+HIDDEN_FAILURES = [(NotImplementedError, "not implemented"), (Mismatch, "wrong values"),
+                   (ContractViolation, "a result outside the contract (shape, dtype or type)"),
+                   (TimeoutError, "ran out of time"), (WorkerFailure, "the worker died or could not import"),
+                   (StudentCodeError, "raised an exception")]
 
 
 class Grading:
@@ -47,20 +53,23 @@ class Grading:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
-        """The submission's own error in one line, without the grader's traceback; on a hidden
-        case only the kind of failure (Mismatch reports are already written without data)."""
+        """The submission's own error in one line, without the grader's traceback. On a hidden
+        case a fixed sentence chosen by the kind of failure: nothing the submission controls
+        (a message, an exception's name, a returned shape) reaches the report."""
         report = (yield).get_result()
         if call.excinfo is None or not report.failed:
             return
         name = item.stash.get(ADAPTER, None) or "the code under test"
-        if self.tests[item.nodeid]["hidden"] and not call.excinfo.errisinstance(Mismatch):
-            report.longrepr = (f"{name}, a hidden case: {call.excinfo.typename} (hidden cases show no details; "
-                               "re-read the docstring's rules)")
+        if self.tests[item.nodeid]["hidden"]:
+            kind = next((said for cls, said in HIDDEN_FAILURES if call.excinfo.errisinstance(cls)), "failed")
+            report.longrepr = f"{name}, a hidden case: {kind}. Hidden cases show no details: re-read the docstring's rules."
         elif call.excinfo.errisinstance((StudentCodeError, WorkerFailure)):
             report.longrepr = f"{name}: {call.excinfo.value}"
 
     def pytest_runtest_setup(self, item):
-        self.link.enter("hidden" if self.tests[item.nodeid]["hidden"] else "public")
+        hidden = self.tests[item.nodeid]["hidden"]
+        item.config.stash[STATE]["term"].sealed = not hidden  # a visible test cannot read hidden data
+        self.link.enter("hidden" if hidden else "public")
 
     def pytest_runtest_logreport(self, report):
         test = self.tests.get(report.nodeid)

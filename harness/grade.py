@@ -14,7 +14,11 @@ import csv
 import json
 import os
 import queue
+import re
+import resource
+import select
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -28,7 +32,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from harness.cli import BadSetup
 from harness.contract import ADAPTERS
-from harness.sandbox import Protections
+from harness.sandbox import BASE_UID, Protections, kill_uid
 from harness.store import Term
 
 MAX_ENTRIES = 2000          # files in one submission
@@ -57,6 +61,10 @@ class Test:
     outcome: str = "not run"
     message: str = ""
 
+    @property
+    def must_raise(self) -> bool:
+        return self.id.endswith(":raises]")
+
 
 @dataclass
 class Graded:
@@ -68,7 +76,9 @@ class Graded:
     seconds: float = 0.0
 
     def scores(self) -> dict[str, tuple[float, float]]:
-        """Per test id: (score, max_score). A function's points split over its tests, summing exactly."""
+        """Per test id: (score, max_score). A function's points split over its tests, summing exactly.
+        Must-raise cases earn points only beside a passing output case of the same function:
+        code that raises on every input has not earned them."""
         by_function: dict[str, list[Test]] = {}
         for t in self.tests:
             by_function.setdefault(t.adapter, []).append(t)
@@ -76,9 +86,11 @@ class Graded:
         for fn, tests in by_function.items():
             total = ADAPTERS[fn].points * UNITS if fn in ADAPTERS else 0
             base, extra = divmod(total, len(tests))
+            works = any(t.outcome == "passed" and t.id.endswith(":output]") for t in tests)
             for i, t in enumerate(tests):
                 share = (base + (i < extra)) / UNITS
-                out[t.id] = (share if t.outcome == "passed" else 0.0, share)
+                earned = t.outcome == "passed" and (works or not t.must_raise)
+                out[t.id] = (share if earned else 0.0, share)
         return out
 
     @property
@@ -106,7 +118,7 @@ class Grader:
 
     def prepare(self, submission: Path) -> tuple[Graded, Path | None]:
         """Vet and copy one submission; the copy holds only adapters.py and student/."""
-        graded = Graded(submission.name.removesuffix(".zip"))
+        graded = Graded(submission_name(submission))
         unpacked = self.work / f"unpacked-{graded.name}"
         copy = self.work / f"submission-{graded.name}"
         try:
@@ -154,22 +166,45 @@ class Driver:
     def grade(self, grader: Grader, copy: Path) -> dict:
         if self.process is None or self.process.poll() is not None:
             env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "PYTEST"))}
-            self.process = subprocess.Popen([sys.executable, "-m", "harness.drive"], cwd=grader.project, env=env,
-                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            memory = (2 * grader.settings["memory_mb"] + 4096) << 20  # what a worker sends it is bounded too
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "harness.drive"], cwd=grader.project, env=env, text=True,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
+                preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (memory, memory)))
         job = {"project": str(grader.project), "term": grader.term_name, "submission": str(copy),
                "slot": self.slot, "settings": grader.settings}
         self.process.stdin.write(json.dumps(job) + "\n")
         self.process.stdin.flush()
+        # A watchdog over the whole submission: whatever it does, the batch goes on.
+        if not select.select([self.process.stdout], [], [], grader.settings["timeout"] + 120)[0]:
+            self.kill(grader)
+            raise TimeoutError(f"the submission was stopped after {grader.settings['timeout']:g} s")
         line = self.process.stdout.readline()
         if not line:
-            self.process.wait()
-            raise RuntimeError(f"the grading driver exited with {self.process.returncode}")
+            self.kill(grader)
+            raise RuntimeError("the grading driver exited")
         return json.loads(line)
+
+    def kill(self, grader: Grader) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+        self.process = None
+        if grader.protections.uid_drop:
+            kill_uid(BASE_UID + self.slot)
 
     def close(self) -> None:
         if self.process is not None:
             self.process.stdin.close()
             self.process.wait()
+
+
+def submission_name(submission: Path) -> str:
+    """The name a submission's results go under: one safe folder name inside --out."""
+    name = re.sub(r"[^\w.@+-]", "_", submission.name.removesuffix(".zip"))
+    return "_" + name if name.startswith(".") or name in ("", "grades.csv") else name
 
 
 def _unpack(submission: Path, into: Path) -> Path:
@@ -269,7 +304,9 @@ def results_json(graded: Graded, term: str) -> dict:
             "name": f"{fn}: {t.id.split('::')[-1]}",
             "score": round(score, 4), "max_score": round(max_score, 4),
             "status": "passed" if t.outcome == "passed" else "failed",
-            "output": (("Hidden test. " if t.hidden else "") + t.message)[:4000],
+            "output": (("Hidden test. " if t.hidden else "") + (t.message or (
+                "Passed, but a must-raise case earns its points only once an output case of this function "
+                "passes." if t.outcome == "passed" and score == 0 and max_score else "")))[:4000],
             "visibility": "after_published" if t.hidden else "visible",
             "tags": [ADAPTERS[fn].unit] if fn in ADAPTERS else [],
         })
@@ -307,7 +344,7 @@ def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs
     grader = Grader(project, term, timeout, case_timeout, memory_mb, require_confinement, protections)
     if announce:
         announce(grader.protections.describe())
-    names = [s.name.removesuffix(".zip") for s in submissions]
+    names = [submission_name(s) for s in submissions]
     if len(set(names)) != len(names):
         raise ValueError("two submissions share a name; their results would overwrite each other")
     out.mkdir(parents=True, exist_ok=True)
@@ -330,6 +367,8 @@ def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs
                 if copy is not None:
                     try:
                         grader.record(result, driver.grade(grader, copy))
+                    except TimeoutError as e:
+                        result.status, result.output = "timeout", str(e)
                     except (RuntimeError, ValueError, OSError) as e:
                         result.status, result.output = "grader-error", str(e)
                     finally:

@@ -62,7 +62,7 @@ class _AllocationRecorder(_Mode):
 def largest_allocation(fn, *args, **kwargs):
     """Call fn and return (result, the largest tensor allocated during the call)."""
     if getattr(fn, "remote_probe", None):  # code in a grading worker is watched there
-        return fn.remote_probe("allocation", *args)
+        return fn.remote_probe("allocation", *args, **kwargs)
     with _AllocationRecorder() as recorder:
         result = fn(*args, **kwargs)
     return result, recorder.largest
@@ -142,7 +142,7 @@ def run_on_meta(fn, *args, **kwargs):
     fault: the probe then returns None.
     """
     if getattr(fn, "remote_probe", None):  # code in a grading worker is watched there
-        return fn.remote_probe("meta", *args)
+        return fn.remote_probe("meta", *args, **kwargs)
     try:
         with _without_dynamo_import(), _MetaWatcher():
             return fn(*args, **kwargs)
@@ -194,12 +194,12 @@ def assert_no_large_allocation(name: str, fn, args: tuple, *, factor: int = 8,
     raise AllocationTooLarge(text)
 
 
-def tables_indexed(module, *args) -> set[str]:
+def tables_indexed(module, *args, **kwargs) -> set[str]:
     """Names of the module's parameters that a forward looks rows up in (indexing, embedding, index_select)."""
     if getattr(module, "remote_probe", None):  # code in a grading worker is watched there
-        return set(module.remote_probe("tables", *args))
+        return set(module.remote_probe("tables", *args, **kwargs))
     with _TableRecorder() as recorder:
-        module(*args)
+        module(*args, **kwargs)
     return {name for name, p in module.named_parameters() if p.untyped_storage().data_ptr() in recorder.tables}
 
 

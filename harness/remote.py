@@ -54,6 +54,7 @@ class Link:
         self._drop_worker()
         if phase == "hidden" and self.visible_output is None:
             self.visible_output = self.sandbox.output_size()
+            self.sandbox.seal_for_hidden_cases()
         self.phase, self.broken = phase, None
 
     def request(self, **message) -> dict:
@@ -97,17 +98,29 @@ class Link:
                                 "memory limit); the next test runs in a fresh worker") from None
 
     def _wait(self, cpu_limit: float) -> dict:
+        """The reply, within `cpu_limit` CPU seconds of the sandbox and a wall-clock backstop
+        (for sleeping, and for a worker that starts a reply and never finishes it)."""
         start, cpu_start = time.monotonic(), None
+        wall = 3 * cpu_limit + 10
         while not select.select([self.sock], [], [], FAST)[0]:
             cpu = self.sandbox.cpu_seconds_used()
             cpu_start = cpu if cpu_start is None else cpu_start
-            used = cpu - cpu_start + FAST
-            if used > cpu_limit or time.monotonic() - start > 3 * cpu_limit + 10:  # sleeping counts too
-                self._drop_worker()
-                raise TimeoutError(f"the call did not finish within {cpu_limit:g} s of CPU time: look for "
-                                   "an infinite loop, or work that grows far faster than the input. The next "
-                                   "test runs in a fresh worker.")
-        return wire.recv(self.sock)
+            if cpu - cpu_start + FAST > cpu_limit or time.monotonic() - start > wall:
+                self._timeout(cpu_limit)
+        self.sock.settimeout(max(1.0, wall - (time.monotonic() - start)))
+        try:
+            return wire.recv(self.sock)
+        except TimeoutError:  # socket.timeout: the reply stalled half-way
+            self._timeout(cpu_limit)
+        finally:
+            if self.sock is not None:
+                self.sock.settimeout(None)
+
+    def _timeout(self, cpu_limit: float):
+        self._drop_worker()
+        raise TimeoutError(f"the call did not finish within {cpu_limit:g} s of CPU time: look for "
+                           "an infinite loop, or work that grows far faster than the input. The next "
+                           "test runs in a fresh worker.")
 
     def _drop_worker(self) -> None:
         if self.sock is not None:
@@ -158,8 +171,8 @@ class RemoteFunction:
         wrt = [t for _, t in wire.tensors(kwargs) if t.requires_grad]
         return _result(self.link, reply, wrt)
 
-    def remote_probe(self, kind: str, *args):
-        return _probe(self.link, kind, {"function": self.name}, args)
+    def remote_probe(self, kind: str, *args, **kwargs):
+        return _probe(self.link, kind, {"function": self.name}, args, kwargs)
 
 
 class RemoteModule(torch.nn.Module):
@@ -211,8 +224,8 @@ class RemoteModule(torch.nn.Module):
             self._params = None
         return self
 
-    def remote_probe(self, kind: str, *args):
-        return _probe(self._link, kind, {"module": self._handle}, args)
+    def remote_probe(self, kind: str, *args, **kwargs):
+        return _probe(self._link, kind, {"module": self._handle}, args, kwargs)
 
     def extra_repr(self) -> str:
         return f"in the worker, handle {self._handle}"
@@ -244,8 +257,8 @@ def _result(link: Link, reply: dict, wrt: list):
     return value
 
 
-def _probe(link: Link, kind: str, target: dict, args: tuple):
-    reply = link.request(op="probe", kind=kind, target=target, args=list(args))
+def _probe(link: Link, kind: str, target: dict, args: tuple, kwargs: dict):
+    reply = link.request(op="probe", kind=kind, target=target, args=list(args), kwargs=kwargs)
     if kind == "allocation":
         largest = reply.get("largest")
         found = None if largest is None else Allocation(

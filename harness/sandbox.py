@@ -86,12 +86,23 @@ class Sandbox:
         self.memory, self.cpu_seconds = memory_mb << 20, int(cpu_seconds) + 1
         self.process: subprocess.Popen | None = None
         self.control: socket.socket | None = None
+        self.hidden = False  # once set: fresh scratch, output discarded
+
+    def seal_for_hidden_cases(self) -> None:
+        """Tear the visible-test sandbox down (its PID namespace with it: nothing survives into
+        the hidden phase) and give the hidden-case workers a fresh scratch and no output."""
+        self.stop()
+        shutil.rmtree(self.scratch)
+        self.scratch.mkdir()
+        if self.uid is not None:
+            os.chown(self.scratch, self.uid, self.uid)
+        self.hidden = True
 
     # -- lifecycle
 
     def start(self) -> None:
         ours, theirs = socket.socketpair()
-        with self.output.open("ab") as out:
+        with open(os.devnull, "wb") if self.hidden else self.output.open("ab") as out:
             self.process = subprocess.Popen(
                 self._command(theirs.fileno()), pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                 stdout=out, stderr=subprocess.STDOUT, env=self._environment(), cwd=self.scratch,
@@ -170,6 +181,9 @@ class Sandbox:
                 "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev"]
         for path in _system_paths():
             args += _mount(path, path)
+        for packages in site.getsitepackages():  # an installed harness holds the catalogue: hide it
+            if (Path(packages) / "harness").is_dir():
+                args += ["--tmpfs", str(Path(packages) / "harness")]
         args += _mount(self.submission, Path("/submission"))
         args += _mount(self.lib.parent, Path("/opt/harness-worker"))
         args += ["--perms", "0755", "--dir", "/tmp", "--bind", str(self.scratch), "/tmp", "--chdir", "/tmp"]

@@ -86,6 +86,7 @@ class Term:
         # Every file is read once, hashed and parsed from the same bytes: code that runs
         # later (a student's) cannot swap a file between the check and its use.
         self._files: dict[str, dict] = {}
+        self.sealed = False  # set by the grader during visible tests: hidden cases' data is then unreadable
         self.manifest = _read_manifest(self.dir, self._files, "")
         self.cases = _cases(self.manifest, "")
         self.hidden_loaded = hidden and (self.dir / HIDDEN / MANIFEST).is_file()
@@ -107,6 +108,9 @@ class Term:
 
     def tensors(self, case: Case) -> dict[str, torch.Tensor]:
         """Every stored tensor of a case, keyed by role path ("in/weights", "grad/weights/ln1.weight")."""
+        if case.hidden and self.sealed:
+            raise FixtureError(f"a visible test read the hidden case {case.id}: its inputs would reach the "
+                               "worker that serves visible tests. Filter hidden cases out (`not case.hidden`).")
         data = self._files[case.file]
         prefix = case.name + "/"
         return {k[len(prefix):]: v for k, v in data.items() if k.startswith(prefix)}

@@ -17,7 +17,8 @@ from safetensors.torch import load, save
 
 from harness.paths import leaves
 
-MAX_MESSAGE = 512 << 20  # bytes; a larger message is refused, not allocated
+MAX_HEADER = 4 << 20     # bytes of JSON: structure and small values only (tensors travel in the blob)
+MAX_MESSAGE = 512 << 20  # bytes in all; a larger message is refused, not allocated
 _HEAD = struct.Struct("!QQ")
 
 
@@ -34,6 +35,8 @@ def send(sock: socket.socket, value) -> None:
 
 def recv(sock: socket.socket):
     head_len, blob_len = _HEAD.unpack(_read(sock, _HEAD.size))
+    if head_len > MAX_HEADER:
+        raise WireError(f"a message header of {head_len:,} bytes exceeds the {MAX_HEADER:,}-byte limit")
     if head_len + blob_len > MAX_MESSAGE:
         raise WireError(f"a message of {head_len + blob_len:,} bytes exceeds the {MAX_MESSAGE:,}-byte limit")
     header = json.loads(_read(sock, head_len))

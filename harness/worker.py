@@ -174,20 +174,20 @@ class Worker:
             return {"value": None}
         raise ValueError(f"unknown module method {method!r}")
 
-    def probe(self, kind: str, target: dict, args: list):
+    def probe(self, kind: str, target: dict, args: list, kwargs: dict):
         from harness import probes
         fn = self.modules[target["module"]] if "module" in target else getattr(self._adapters(), target["function"])
         if kind == "meta":
-            return {"value": probes.run_on_meta(fn, *args)}
+            return {"value": probes.run_on_meta(fn, *args, **kwargs)}
         if kind == "allocation":
             with torch.no_grad():
-                out, largest = probes.largest_allocation(fn, *args)
+                out, largest = probes.largest_allocation(fn, *args, **kwargs)
             report = None if largest is None else {"op": largest.op, "shape": largest.shape,
                                                    "dtype": str(largest.dtype).removeprefix("torch.")}
             return {"value": out, "largest": report}
         if kind == "tables":
             with torch.no_grad():
-                return {"value": sorted(probes.tables_indexed(fn, *args))}
+                return {"value": sorted(probes.tables_indexed(fn, *args, **kwargs))}
         raise ValueError(f"unknown probe {kind!r}")
 
     # -- helpers

@@ -6,6 +6,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -39,6 +40,7 @@ EDITED = {
     "hangs": ("accounting.py", "    V, T, d, L = vocab_size", "    while True:\n        pass\n    V, T, d, L = vocab_size"),
     "exits": ("accounting.py", "    V, T, d, L = vocab_size", "    import os\n    os._exit(3)\n    V, T, d, L = vocab_size"),
     "syntax_error": ("attention.py", "def silu(", "def silu(:\ndef _("),
+    "mask_on_cpu": ("attention.py", "dtype=torch.bool, device=x.device).tril()", "dtype=torch.bool).tril()"),
 }
 # name -> (start from the reference or the stubs, attack appended to adapters.py)
 ATTACKS = {
@@ -47,6 +49,8 @@ ATTACKS = {
     "forges_verdict": ("stubs", "forges_verdict.py"),
     "harms_others": ("stubs", "harms_others.py"),
     "records_hidden": ("reference", "records_hidden.py"),
+    "raises_everywhere": ("stubs", "raises_everywhere.py"),
+    "stalls_reply": ("stubs", "stalls_reply.py"),
 }
 
 
@@ -217,6 +221,16 @@ def test_a_hang_or_a_crash_costs_only_the_tests_it_touches(graded, name, said):
     assert any(said in m for m in messages)
 
 
+def test_probes_run_in_the_worker_and_still_catch_a_cpu_mask(graded):
+    """The meta-device probe runs where the code is; a mask made without device= fails it."""
+    tests = _results_json(graded, "mask_on_cpu")["tests"]
+    device = {t["name"]: t for t in tests if "runs_on_meta_device" in t["name"]}
+    failed = {n for n, t in device.items() if t["status"] == "failed"}
+    assert "run_multihead_self_attention: test_function_runs_on_meta_device[run_multihead_self_attention]" in failed
+    assert all("meta-device" in device[n]["output"] for n in failed)
+    assert device["run_linear: test_function_runs_on_meta_device[run_linear]"]["status"] == "passed"
+
+
 def test_syntax_error_gets_zero_with_the_reason(graded):
     assert graded["results"]["syntax_error"].score == 0
     tests = _results_json(graded, "syntax_error")["tests"]
@@ -246,6 +260,24 @@ def test_every_attack_scores_zero_or_only_its_honest_part(graded, name):
         assert all(scores[fn] == pytest.approx(a.points) for fn, a in ADAPTERS.items() if fn != "run_silu")
     else:
         assert result.score == 0, f"{name} scored {result.score}"
+
+
+@requires_bwrap
+def test_a_reply_that_stalls_half_way_costs_one_test_not_the_batch(graded):
+    result = graded["results"]["stalls_reply"]
+    assert result.status == "ok" and result.score == 0
+    messages = [t["output"] for t in _results_json(graded, "stalls_reply")["tests"]]
+    assert any("did not finish within" in m for m in messages)
+
+
+@requires_bwrap
+def test_hidden_failures_say_only_what_kind_of_failure(graded):
+    """Nothing the submission controls (message, exception name, returned shape) is published."""
+    for name in ATTACKS:
+        for t in _results_json(graded, name)["tests"]:
+            if t["visibility"] != "visible" and t["status"] == "failed":
+                assert re.fullmatch(r"Hidden test\. \w+, a hidden case: [a-z ,()]+\. Hidden cases show no "
+                                    r"details: re-read the docstring's rules\.", t["output"]), t["output"]
 
 
 @pytest.mark.parametrize("attack", ["steals_answers", "imports_reference"])
