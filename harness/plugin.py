@@ -391,7 +391,7 @@ def pytest_terminal_summary(terminalreporter, config):
     if progress is not None and every:
         missing, shown = _condense(every)
         if missing:
-            terminalreporter.write_sep("=", f"not implemented yet: {len(missing)} functions "
+            terminalreporter.write_sep("=", f"not implemented yet: {len(missing)} function{'s' if len(missing) > 1 else ''} "
                                             "(each one's docstring in adapters.py says what to write)")
             for report in missing:
                 match = NOT_IMPLEMENTED.match(str(report.longrepr))
