@@ -46,7 +46,7 @@ def test_function_option_selects_exactly_that_functions_tests(name, everything):
 
 def test_readme_selects_one_function_with_the_option():
     assert "pytest --function run_embedding" in STUDENT_README
-    assert "-k run_embedding" not in STUDENT_README
+    assert "pytest -k" not in STUDENT_README
 
 
 def test_unknown_function_is_a_usage_error():
@@ -195,5 +195,5 @@ def test_the_example_notebook_runs_against_the_reference(monkeypatch):
     text = "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
                      for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs)
     assert "run_embedding                          passed            17/17" in text, text
-    assert "run_sinusoidal_positions               passed" in text and "Error" not in text, text
+    assert "run_sinusoidal_positions               passed" in text, text  # a cell that raised stops execute()
     assert "negative-id" in text, text  # the cell's function lacks the range check
