@@ -1,7 +1,6 @@
 """The pytest plugin: options, fixture-case parametrisation, readable failures, progress.
 
-Registered as a `pytest11` entry point so `--adapters` and `--term` are known
-before pytest looks at the command line for test paths.
+Registered as a `pytest11` entry point, so it is active for `pytest` from any folder.
 """
 
 import copy
@@ -10,11 +9,25 @@ import json
 import os
 import re
 import signal
+import sys
 import tomllib
 from collections import Counter
 from pathlib import Path
 
 import pytest
+
+
+def _rewrite_tests_only() -> None:
+    """pytest rewrites the asserts of every module of every installed plugin's package.
+    Library code (the harness, jaxtyping, ...) raises its own messages, and without a
+    bytecode cache each rewrite is a parse and compile on every run: keep it for tests."""
+    for finder in sys.meta_path:
+        marked = getattr(finder, "_must_rewrite", None)
+        if type(finder).__name__ == "AssertionRewritingHook" and isinstance(marked, set):
+            marked.difference_update({"harness", "jaxtyping", "xdist", "platformdirs", "beartype"})
+
+
+_rewrite_tests_only()  # before the imports below
 
 from harness.checks import checks_for
 from harness.compare import Mismatch, describe
@@ -349,7 +362,7 @@ def _explain(item, name, excinfo) -> str | None:
     tests = item.config.rootpath / "tests"
     if excinfo.errisinstance(AssertionError) and _is_ours(excinfo.traceback[-1].path, tests):
         # A property test's own assertion: its message is the explanation.
-        message = str(excinfo.value).split("\nassert ")[0] or excinfo.traceback[-1].statement.getsource().strip()
+        message = str(excinfo.value).split("\nassert ")[0] or str(excinfo.traceback[-1].statement).strip()
         return f"{item.name}: {message}"
     # Student code raised: keep only the frames of the student's own files.
     tb = excinfo.traceback.filter(lambda e: not _is_ours(e.path, tests))
