@@ -89,9 +89,9 @@ class Progress:
                 lines.append("  -> what ran passes, but not every test of this unit ran: "
                              "run `pytest` to see the unit as a whole")
         if hidden and full:
-            lines += textwrap.wrap(f"+N hidden: {sum(hidden.values())} hidden cases, not run here, check the same "
-                                   "contract with other sizes and values; passing every public test here is not "
-                                   "your grade.", 100, subsequent_indent="  ")
+            lines += textwrap.wrap(f"Hidden cases exist and were not run here: {sum(hidden.values())} (the +N "
+                                   "column). They check the same contract with other sizes and values; passing "
+                                   "every public test here is not your grade.", 100, subsequent_indent="  ")
         elif hidden:
-            lines.append("Hidden cases (not run here) also count toward your grade.")
+            lines.append("Hidden cases exist and were not run here; they count toward your grade.")
         return "\n".join(lines)

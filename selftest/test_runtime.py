@@ -48,9 +48,11 @@ def test_missing_function_is_named(tmp_path):
 def test_adapters_that_fail_to_import_fail_every_test_with_the_reason(tmp_path):
     module = tmp_path / "broken.py"
     module.write_text("def run_embedding(:\n")
-    run = run_suite("--adapters", str(module))
+    log = tmp_path / "log.jsonl"  # the grader's run: every test fails with the reason
+    run = run_suite("--adapters", str(module), "--results-log", str(log))
     assert run.exit_code == 1 and run.messages
     assert all("SyntaxError" in m for m in run.messages.values())
+    assert run_suite("--adapters", str(module)).exit_code == 4  # a student's run: one usage error
 
 
 def test_a_hanging_adapter_fails_by_timeout(tmp_path):
