@@ -10,6 +10,7 @@ same report is printed. Hidden cases are never run here.
 """
 
 import contextlib
+import difflib
 import html
 import io
 import os
@@ -105,9 +106,9 @@ def _stand_in(function: str, impl, target: str):
 def check(function: str, impl=None, *, quiet: bool = False) -> CheckResult:
     """Run every public test of one contract function; print the report; return the results."""
     if function not in ADAPTERS:
-        import difflib
         close = difflib.get_close_matches(function, ADAPTERS, n=1)
-        raise ValueError(f"{function!r} is not a contract function" + (f"; did you mean {close[0]!r}?" if close else ""))
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"{function!r} is not a contract function{hint}")
     import pytest
 
     root = project_root()

@@ -227,7 +227,7 @@ def pytest_sessionstart(session):
     if reporter is not None and config.stash[STATE]["filters"] is not None and reporter.verbosity == 0:
         # Course order interleaves files: a "tests/x.py FFF" line at every switch is noise.
         reporter.showfspath = False
-    if config.getoption("--results-log") or hasattr(config, "workerinput"):
+    if config.getoption("--results-log") or hasattr(config, "workerinput") or config.option.collectonly:
         return
     error = _load_adapters(config)
     if isinstance(error, Exception):
@@ -408,7 +408,8 @@ def pytest_terminal_summary(terminalreporter, config):
     if progress is not None and every:
         missing, shown = _condense(every)
         if missing:
-            terminalreporter.write_sep("=", f"not implemented yet: {len(missing)} function{'s' if len(missing) > 1 else ''} "
+            plural = "s" if len(missing) > 1 else ""
+            terminalreporter.write_sep("=", f"not implemented yet: {len(missing)} function{plural} "
                                             "(each one's docstring in adapters.py says what to write)")
             for report in missing:
                 match = NOT_IMPLEMENTED.match(str(report.longrepr))
