@@ -68,7 +68,6 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "adapter(name): the contract function a test checks")
     settings = _settings(config)
     if settings is None:
-        _refuse_moved_rootdir(config)
         return  # not inside an assignment repository: stay out of the way
     project, pinned = settings
     term_name = config.getoption("--term") or os.environ.get("HARNESS_TERM") or pinned
@@ -128,17 +127,18 @@ def _scope(config, project: Path) -> dict:
     return scope
 
 
-def _refuse_moved_rootdir(config) -> None:
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
     """`--adapters /elsewhere/x.py` (a space, a path outside the repository): pytest read
-    the path as a test path while choosing its rootdir, before any plugin could say
-    that it is an option's value, and left the repository. Say how to write it."""
+    the path as a test path while it chose its rootdir, before any plugin could say that
+    it is an option's value, and left the repository. Run again as `--adapters=PATH`."""
     args = list(config.invocation_params.args)
-    if "--adapters" not in args[:-1]:
-        return
-    value = args[args.index("--adapters") + 1]
-    if _find_project(config.invocation_params.dir) is not None:
-        raise pytest.UsageError(f"write --adapters={value} (with '='): with a space, pytest takes a path "
-                                "outside the repository for a test path and leaves the repository")
+    if "--adapters" not in args[:-1] or _settings(config) is not None \
+            or _find_project(config.invocation_params.dir) is None:
+        return None
+    where = args.index("--adapters")
+    args[where:where + 2] = [f"--adapters={args[where + 1]}"]
+    return pytest.main(args)
 
 
 class ResultsLog:

@@ -85,13 +85,14 @@ def test_adapters_that_raise_on_import_are_one_usage_error(tmp_path):
     assert code == 4 and out.count("ERROR") == 1 and "NameError: typo" in out, out
 
 
-def test_adapters_outside_the_repository(tmp_path):
+@pytest.mark.parametrize("form", ["space", "equals"])
+def test_adapters_outside_the_repository(tmp_path, form):
     outside = tmp_path / "my_adapters.py"
     shutil.copy(PROJECT / "reference" / "adapters.py", outside)
-    code, out = pytest_in(PROJECT, "--adapters", str(outside))  # the space form
-    assert code == 4 and f"--adapters={outside}" in out and len(out.strip().splitlines()) == 1, out
-    code, out = pytest_in(PROJECT, f"--adapters={outside}", "--function", "run_silu")
-    assert code == 0 and "selftest" not in out, out
+    option = ["--adapters", str(outside)] if form == "space" else [f"--adapters={outside}"]
+    code, out = pytest_in(PROJECT, *option, "--function", "run_silu")
+    assert code == 0 and "selftest" not in out and f"rootdir: {PROJECT}" in out, out
+    assert "run_silu                               passed             5/5" in out, out
 
 
 # 5, 6 ----------------------------------------------------------------- folders
