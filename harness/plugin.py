@@ -1,16 +1,32 @@
 """The pytest plugin: options, fixture-case parametrisation, readable failures, progress.
 
-Registered as a `pytest11` entry point so `--adapters` and `--term` are known
-before pytest looks at the command line for test paths.
+Registered as a `pytest11` entry point, so it is active for `pytest` from any folder.
 """
 
-import json
+import copy
+import difflib
 import os
+import re
 import signal
+import sys
 import tomllib
+from collections import Counter
 from pathlib import Path
 
 import pytest
+
+
+def _rewrite_tests_only() -> None:
+    """pytest rewrites the asserts of every module of every installed plugin's package.
+    Library code (the harness, jaxtyping, ...) raises its own messages, and without a
+    bytecode cache each rewrite is a parse and compile on every run: keep it for tests."""
+    for finder in sys.meta_path:
+        marked = getattr(finder, "_must_rewrite", None)
+        if type(finder).__name__ == "AssertionRewritingHook" and isinstance(marked, set):
+            marked.difference_update({"harness", "jaxtyping", "xdist", "platformdirs", "beartype"})
+
+
+_rewrite_tests_only()  # before the imports below
 
 from harness.checks import checks_for
 from harness.compare import Mismatch
@@ -22,6 +38,7 @@ from harness.runtime import Adapters, AdaptersError, ContractViolation
 from harness.store import FixtureError, Term
 
 ADAPTER = pytest.StashKey[str]()
+COURSE_INDEX = pytest.StashKey[int]()
 PROGRESS = pytest.StashKey[Progress]()
 STATE = pytest.StashKey[dict]()
 # Failures whose message is the whole report: no traceback needed.
@@ -36,11 +53,12 @@ def pytest_addoption(parser):
                          "(default: $HARNESS_ADAPTERS or the top-level adapters.py)")
     group.addoption("--term", default=None,
                     help="fixture term (default: $HARNESS_TERM or [tool.harness] term in pyproject.toml)")
+    group.addoption("--function", action="append", default=[], metavar="NAME",
+                    help="run exactly the tests of this contract function (repeat or comma-separate for more), "
+                         "e.g. --function run_softmax")
     group.addoption("--hidden", action="store_true", help="also run hidden cases (instructors)")
     group.addoption("--case-timeout", type=float, default=60.0,
                     help="seconds one test may run before it fails as hanging (default 60)")
-    group.addoption("--results-log", default=None,
-                    help="append one JSON line per test event here, flushed as it happens (the grader's record)")
 
 
 def pytest_configure(config):
@@ -55,44 +73,76 @@ def pytest_configure(config):
         term = Term(project, term_name, hidden=config.getoption("--hidden"))
     except FixtureError as e:
         raise pytest.UsageError(str(e)) from None
-    config.stash[STATE] = {"project": project, "term": term, "target": target, "pinned": pinned}
-    config.stash[PROGRESS] = Progress(term, target, pinned)
-    config.pluginmanager.register(config.stash[PROGRESS], "harness-progress")
-    if config.getoption("--results-log"):
-        config.pluginmanager.register(ResultsLog(config.getoption("--results-log")), "harness-results-log")
+    state = {"project": project, "term": term, "target": target, "pinned": pinned,
+             "functions": _functions(config), **_scope(config, project)}
+    config.stash[STATE] = state
+    progress = Progress(term, target, pinned, complete=state["filters"] is not None)
+    config.stash[PROGRESS] = progress
+    config.pluginmanager.register(progress, "harness-progress")
 
 
-class ResultsLog:
-    """A line per event, flushed at once, so a run that dies still leaves what it did."""
+def _functions(config) -> list[str]:
+    names = [n.strip() for value in config.getoption("--function") for n in value.split(",") if n.strip()]
+    for name in names:
+        if name not in ADAPTERS:
+            close = difflib.get_close_matches(name, ADAPTERS, n=1)
+            raise pytest.UsageError(f"--function {name}: no such contract function"
+                                    + (f"; did you mean {close[0]}?" if close else ""))
+    return names
 
-    def __init__(self, path: str):
-        self.file = open(path, "a", encoding="utf-8")
 
-    def write(self, **record) -> None:
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
+def _scope(config, project: Path) -> dict:
+    """Collect the whole student suite whenever the run is about it, and keep narrower
+    path arguments as filters, so the table knows each function's full test count.
 
-    def pytest_collection_finish(self, session):
-        self.write(event="collected", tests=[
-            {"id": item.nodeid, "adapter": item.stash.get(ADAPTER, None), "hidden": "/hidden-" in item.nodeid}
-            for item in session.items])
+    `filters` is None when the run is not (only) about the student suite: then the
+    command line is left as it is. An empty list means the whole suite.
+    """
+    tests = project / "tests"
+    selftest = project / "selftest"
+    here = config.invocation_params.dir
+    paths = [((here / a.split("::")[0]).resolve(), a) for a in config.args]
+    named_selftest = any(p == selftest or selftest in p.parents for p, _ in paths)
+    scope = {"filters": None, "selftest_named": named_selftest}
+    if config.getoption("pyargs") or named_selftest or not tests.is_dir():
+        return scope
+    from_folder = config.args_source == pytest.Config.ArgsSource.INVOCATION_DIR
+    filters = []
+    for path, arg in paths:
+        if from_folder or path == tests or (path in tests.parents and project in (path, *path.parents)):
+            continue  # the whole suite: from any folder of the repository, `.` or the root
+        if tests not in path.parents or not path.exists():
+            return scope  # something else: pytest's own rules apply
+        rest = arg.split("::", 1)[1] if "::" in arg else ""
+        filters.append(path.relative_to(project).as_posix() + (f"::{rest}" if rest else ""))
+    if filters and len(filters) < len(paths):
+        filters = []  # the whole suite was named too
+    config.args[:] = [str(tests)]
+    scope["filters"] = filters
+    return scope
 
-    def pytest_runtest_logstart(self, nodeid, location):
-        self.write(event="start", id=nodeid)
 
-    def pytest_runtest_logreport(self, report):
-        if report.when == "call" or report.failed:
-            message = str(report.longrepr) if report.failed else ""
-            self.write(event="result", id=report.nodeid, outcome=report.outcome, message=message[:4000])
-
-    def pytest_sessionfinish(self, session):
-        self.write(event="finished")
-        self.file.close()
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """`--adapters /elsewhere/x.py` (a space, a path outside the repository): pytest read
+    the path as a test path while it chose its rootdir, before any plugin could say that
+    it is an option's value, and left the repository. Run again as `--adapters=PATH`."""
+    args = list(config.invocation_params.args)
+    if "--adapters" not in args[:-1] or _settings(config) is not None \
+            or _find_project(config.invocation_params.dir) is None:
+        return None
+    where = args.index("--adapters")
+    args[where:where + 2] = [f"--adapters={args[where + 1]}"]
+    return pytest.main(args)
 
 
 def _settings(config):
     """(project root, pinned term) from the pyproject.toml that has [tool.harness]."""
-    for folder in [config.rootpath, *config.rootpath.parents][:3]:
+    return _find_project(config.rootpath, levels=3)
+
+
+def _find_project(start: Path, levels: int | None = None):
+    for folder in [start, *start.parents][:levels]:
         path = folder / "pyproject.toml"
         if path.is_file():
             term = tomllib.loads(path.read_text()).get("tool", {}).get("harness", {}).get("term")
@@ -115,11 +165,51 @@ def term(request) -> Term:
 
 @pytest.fixture(scope="session")
 def _adapters_or_error(request):
-    remote = request.config.pluginmanager.get_plugin("harness-remote")  # grading: a confined worker
-    try:
-        return remote.adapters() if remote else Adapters(_state(request.config)["target"])
-    except AdaptersError as e:
-        return e
+    return _load_adapters(request.config)
+
+
+def _load_adapters(config):
+    state = _state(config)
+    if "adapters" not in state:
+        # torch imports its symbolic-shape machinery (and sympy, ~1 s) at the first
+        # torch._check, inside some student's first test: import it here, outside
+        # every test's time limit, so the first test is not charged for it.
+        import torch.fx.experimental.symbolic_shapes  # noqa: F401
+        remote = config.pluginmanager.get_plugin("harness-remote")  # grading: a confined worker
+        try:
+            state["adapters"] = remote.adapters() if remote else Adapters(state["target"])
+        except Exception as e:  # noqa: BLE001  (any failure to load is the same story)
+            state["adapters"] = e if isinstance(e, AdaptersError) else AdaptersError(
+                f"loading adapters {state['target']!r} raised {type(e).__name__}: {e}")
+    return state["adapters"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    """A target that cannot load is one usage error, not one identical failure per test.
+    The grader (harness/drive.py) still records every test, so each gets its row."""
+    config = session.config
+    if STATE not in config.stash:
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and config.stash[STATE]["filters"] is not None and reporter.verbosity == 0:
+        # Course order interleaves files: a "tests/x.py FFF" line at every switch is noise.
+        reporter.showfspath = False
+    grading = config.pluginmanager.get_plugin("harness-remote") is not None
+    if grading or hasattr(config, "workerinput") or config.option.collectonly:
+        return
+    error = _load_adapters(config)
+    if isinstance(error, Exception):
+        hint = " (python -c 'import adapters' shows the traceback)" if "raised" in str(error) else ""
+        raise pytest.UsageError(str(error).splitlines()[0] + hint)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The harness's own tests run only when named: `pytest .` means the student suite."""
+    state = config.stash.get(STATE, None)
+    if state and not state["selftest_named"] and collection_path == state["project"] / "selftest":
+        return True
+    return None
 
 
 @pytest.fixture
@@ -145,8 +235,13 @@ def _public_id(term, case) -> str:
     return f"{case.function}/hidden-{hidden.index(case) + 1}"
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    """Attribute every test to its function, count each function's tests in the whole
+    suite (before -k and friends narrow it), apply path filters and --function, and
+    put the tests in course order."""
     progress = config.stash.get(PROGRESS, None)
+    state = config.stash.get(STATE, {})
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec and "fixture_check" in callspec.params:
@@ -156,11 +251,27 @@ def pytest_collection_modifyitems(config, items):
             if name not in ADAPTERS:
                 raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.adapter({name!r}) is not in the contract")
             item.stash[ADAPTER] = name
-        if progress is not None and ADAPTER in item.stash:
-            progress.adapter_of[item.nodeid] = item.stash[ADAPTER]
+    if progress is not None and state.get("filters") is not None:
+        progress.totals = dict(Counter(item.stash[ADAPTER] for item in items if ADAPTER in item.stash))
+    keep = [item for item in items if _selected(item, state)]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in set(keep)])
+        items[:] = keep
     # Course order (Unit 2.1 first, as the contract lists functions), so failures read top-down.
     order = {name: i for i, name in enumerate(ADAPTERS)}
     items.sort(key=lambda item: order.get(item.stash.get(ADAPTER, None), len(order)))
+    for index, item in enumerate(items):
+        item.stash[COURSE_INDEX] = index
+
+
+def _selected(item, state) -> bool:
+    if state.get("functions") and item.stash.get(ADAPTER, None) not in state["functions"]:
+        return False
+    filters = state.get("filters")
+    if not filters:
+        return True
+    node = item.nodeid
+    return any(node == f or node.startswith((f + "::", f + "[", f + "/")) for f in filters)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -203,6 +314,16 @@ def pytest_runtest_makereport(item, call):
                              not_implemented=call.excinfo.errisinstance(NotImplementedError))
 
 
+@pytest.hookimpl(wrapper=True, specname="pytest_runtest_makereport")
+def pytest_runtest_makereport_tag(item, call):
+    """Every report carries its function and course position, also across xdist workers."""
+    report = yield
+    if ADAPTER in item.stash:
+        report.adapter = item.stash[ADAPTER]
+        report.course_index = item.stash.get(COURSE_INDEX, 0)
+    return report
+
+
 def _explain(item, name, excinfo) -> str | None:
     """A short report instead of a traceback wall, where the error says it all."""
     if excinfo.errisinstance(NotImplementedError):
@@ -216,7 +337,7 @@ def _explain(item, name, excinfo) -> str | None:
     tests = item.config.rootpath / "tests"
     if excinfo.errisinstance(AssertionError) and _is_ours(excinfo.traceback[-1].path, tests):
         # A property test's own assertion: its message is the explanation.
-        message = str(excinfo.value).split("\nassert ")[0]
+        message = str(excinfo.value).split("\nassert ")[0] or str(excinfo.traceback[-1].statement).strip()
         return f"{item.name}: {message}"
     # Student code raised: keep only the frames of the student's own files.
     tb = excinfo.traceback.filter(lambda e: not _is_ours(e.path, tests))
@@ -249,9 +370,53 @@ def _short(path) -> str:
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter, config):
-    """The progress table, after pytest's own short summary: the last thing a student reads."""
-    result = yield
+    """Failures in course order, one line per unimplemented function, an output and a
+    gradient failure of one case as one report; then the progress table, last."""
     progress = config.stash.get(PROGRESS, None)
-    if progress is not None and progress.results:
-        terminalreporter.write("\n" + progress.render() + "\n")
-    return result
+    stats = terminalreporter.stats
+    every = stats.get("failed", [])
+    if progress is not None and every:
+        missing, shown = _condense(every)
+        if missing:
+            plural = "s" if len(missing) > 1 else ""
+            terminalreporter.write_sep("=", f"not implemented yet: {len(missing)} function{plural} "
+                                            "(each one's docstring in adapters.py says what to write)")
+            for report in missing:
+                match = NOT_IMPLEMENTED.match(str(report.longrepr))
+                terminalreporter.write_line(f"  {match[1]:<38} {match[2]}" if match else str(report.longrepr))
+        stats["failed"] = shown
+    try:
+        return (yield)
+    finally:
+        if every:
+            stats["failed"] = every  # pytest's closing count is of every failure
+        if progress is not None and progress.results:
+            terminalreporter.write("\n" + progress.render() + "\n")
+
+
+NOT_IMPLEMENTED = re.compile(r"^(\S+) is not implemented yet \(([^:]+:\d+)")
+CASE_CHECK = re.compile(r"^(.*\[.+):(\w+)\]$")
+
+
+def _condense(reports: list) -> tuple[list, list]:
+    """(the first not-implemented report of each function, the other failures grouped by case)."""
+    reports = sorted(reports, key=lambda r: getattr(r, "course_index", 1 << 30))
+    missing, shown, by_case, seen = [], [], {}, set()
+    for report in reports:
+        name = getattr(report, "adapter", None)
+        if getattr(report, "not_implemented", False) and name:
+            if name not in seen:
+                seen.add(name)
+                missing.append(report)
+            continue
+        match = CASE_CHECK.match(report.nodeid)
+        if match and match[1] in by_case:
+            first = by_case[match[1]]
+            first.longrepr = f"{first.longrepr}\n(the {match[2]} check of this case fails too: " \
+                             f"{report.nodeid.rsplit('[', 1)[-1].rstrip(']')})"
+            continue
+        if match:
+            report = copy.copy(report)
+            by_case[match[1]] = report
+        shown.append(report)
+    return missing, shown

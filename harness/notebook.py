@@ -1,0 +1,137 @@
+"""Check one function from a notebook or a REPL, in-process, with the pytest suite.
+
+    from harness.notebook import check
+    check("run_embedding")                  # your adapters.py and student/, freshly imported
+    check("run_embedding", my_embedding)    # a function written in a cell
+    check("run_embedding", my_module)       # a module object that defines run_embedding
+
+The same cases, probes and properties run as for `pytest --function NAME`, and the
+same report is printed. Hidden cases are never run here.
+"""
+
+import contextlib
+import difflib
+import html
+import io
+import os
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.contract import ADAPTERS
+
+STAND_IN = "notebook_cell"  # the adapters module that code from a cell stands in
+
+
+@dataclass
+class TestResult:
+    name: str
+    outcome: str  # "passed" or "failed"
+    message: str = ""
+
+
+@dataclass
+class CheckResult:
+    function: str
+    tests: list[TestResult] = field(default_factory=list)
+    report: str = ""  # what pytest printed
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.tests) and all(t.outcome == "passed" for t in self.tests)
+
+    @property
+    def failed(self) -> list[TestResult]:
+        return [t for t in self.tests if t.outcome != "passed"]
+
+    def __repr__(self) -> str:
+        ok = len(self.tests) - len(self.failed)
+        return f"<check {self.function}: {ok}/{len(self.tests)} tests passed>"
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>{html.escape(t.name)}</td><td style='color:{'green' if t.outcome == 'passed' else 'red'}'>"
+            f"{t.outcome}</td><td><pre style='margin:0'>{html.escape(t.message)}</pre></td></tr>"
+            for t in self.tests)
+        return (f"<p><b>{html.escape(self.function)}</b>: {len(self.tests) - len(self.failed)}/{len(self.tests)} "
+                f"tests passed</p><table><tr><th>test</th><th>result</th><th>message</th></tr>{rows}</table>")
+
+
+class _Collector:
+    def __init__(self, result: CheckResult):
+        self.result = result
+
+    def pytest_runtest_logreport(self, report):
+        if report.when == "call" or report.failed:
+            name = report.nodeid.split("::", 1)[-1]
+            message = str(report.longrepr) if report.failed else ""
+            self.result.tests.append(TestResult(name, "failed" if report.failed else "passed", message))
+
+
+def project_root() -> Path:
+    """The assignment repository: from the working folder upwards, else where harness/ lives."""
+    for folder in [Path.cwd(), *Path.cwd().parents]:
+        if (folder / "pyproject.toml").is_file() and (folder / "tests").is_dir() and (folder / "adapters.py").is_file():
+            return folder
+    return Path(__file__).resolve().parents[1]
+
+
+def fresh_imports(root: Path) -> None:
+    """Forget student/ and the adapters, so the next import reads the files as they are now
+    (and test modules of another repository that this process ran before)."""
+    for name, module in list(sys.modules.items()):
+        if name in ("adapters", "student", STAND_IN) or name.startswith(("student.", "_adapters_")):
+            del sys.modules[name]
+        elif name.startswith("test_") and root / "tests" not in Path(getattr(module, "__file__", "/")).parents:
+            del sys.modules[name]
+
+
+def _stand_in(function: str, impl, target: str):
+    """An adapters module whose `function` is `impl` (a function, or taken from a module)."""
+    if isinstance(impl, types.ModuleType):
+        if not hasattr(impl, function):
+            raise ValueError(f"module {impl.__name__} has no function {function}")
+        impl = getattr(impl, function)
+    if not callable(impl):
+        raise TypeError(f"check({function!r}, ...) needs a function or a module, not {type(impl).__name__}")
+    from harness.runtime import load_module
+    base = load_module(target)
+    module = types.ModuleType(STAND_IN)
+    module.__dict__.update({k: v for k, v in vars(base).items() if not k.startswith("__")})
+    setattr(module, function, impl)
+    return module
+
+
+def check(function: str, impl=None, *, quiet: bool = False) -> CheckResult:
+    """Run every public test of one contract function; print the report; return the results."""
+    if function not in ADAPTERS:
+        close = difflib.get_close_matches(function, ADAPTERS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"{function!r} is not a contract function{hint}")
+    import pytest
+
+    root = project_root()
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    fresh_imports(root)
+    target = os.environ.get("HARNESS_ADAPTERS") or "adapters"
+    if impl is not None:
+        sys.modules[STAND_IN] = _stand_in(function, impl, target)
+        target = STAND_IN
+    result = CheckResult(function)
+    args = [str(root / "tests"), "--rootdir", str(root), "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+            "--capture=sys", "--color=no", "--adapters", target, "--function", function]
+    buffer = io.StringIO()
+    saved = os.environ.pop("PYTEST_ADDOPTS", None)  # nothing from outside may add --hidden
+    try:
+        with contextlib.redirect_stdout(buffer):
+            pytest.main(args, plugins=[_Collector(result)])
+    finally:
+        if saved is not None:
+            os.environ["PYTEST_ADDOPTS"] = saved
+        sys.modules.pop(STAND_IN, None)
+    result.report = buffer.getvalue()
+    if not quiet:
+        print(result.report.rstrip())
+    return result
