@@ -25,7 +25,7 @@ def release(project: Path, out: Path, term: str) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy2(project / "adapters.py", out / "adapters.py")
     shutil.copy2(project / ".gitignore", out / ".gitignore")
-    for folder in ("student", "tests"):
+    for folder in ("student", "tests", "notebooks"):
         shutil.copytree(project / folder, out / folder, ignore=ignore)
     shutil.copytree(project / "harness", out / "harness",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *INSTRUCTOR_ONLY))
