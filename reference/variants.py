@@ -370,6 +370,21 @@ register("rmsnorm_eps_ignored", "eps hard-coded to 1e-6",
 register("swiglu_w1_w3_swapped", "W1 and W3 swapped",
          hint="W1 and W3 swapped: SiLU applies to W1 x, W3 x is the gate",
          mistake=34, model__SwiGLU=_set(_SwiGLU, swap=True))
+class _BufferTable(nn.Module):
+    def __init__(self, vocab_size, d_model, device=None, dtype=None):
+        super().__init__()
+        self.register_buffer("weight", torch.randn(vocab_size, d_model, device=device, dtype=dtype))
+
+    def forward(self, token_ids):
+        return emb.embedding_lookup(self.weight, token_ids)
+
+
+register("silu_as_sigmoid", "SiLU returns sigmoid(x), without the factor x",
+         hint="sigmoid(x) alone; SiLU is x * sigmoid(x)",
+         attention__silu=torch.sigmoid)
+register("embedding_table_as_buffer", "the embedding table is a buffer, so it has no parameters and never trains",
+         hint="an embedding table kept as a buffer; it is the module's one nn.Parameter",
+         named_by="exactly 32,000 parameters", embeddings__Embedding=_BufferTable)
 register("swiglu_gelu", "GELU in place of SiLU",
          hint="GELU in place of SiLU", mistake=35,
          model__SwiGLU=_set(_SwiGLU, activation=staticmethod(F.gelu)))
