@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,13 +90,18 @@ class Sandbox:
         self.hidden = False  # once set: fresh scratch, output discarded
 
     def seal_for_hidden_cases(self) -> None:
-        """Tear the visible-test sandbox down (its PID namespace with it: nothing survives into
-        the hidden phase) and give the hidden-case workers a fresh scratch and no output."""
-        self.stop()
-        shutil.rmtree(self.scratch)
-        self.scratch.mkdir()
-        if self.uid is not None:
-            os.chown(self.scratch, self.uid, self.uid)
+        """Before hidden cases: every visible-test process dead, an empty scratch folder, and
+        later workers' output discarded. The zygote is kept (it never ran submission code)
+        when the host sees it is the slot uid's only process left; otherwise the sandbox goes
+        whole and the next one gets a new scratch folder."""
+        if self.kill_workers() and self.uid is not None and _settles(self.uid, 1):
+            for entry in self.scratch.iterdir():
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        else:
+            self.stop()
+            self.scratch = Path(tempfile.mkdtemp(prefix="scratch-", dir=self.root))
+            if self.uid is not None:
+                os.chown(self.scratch, self.uid, self.uid)
         self.hidden = True
 
     # -- lifecycle
@@ -265,21 +271,40 @@ def tree_cpu(root: int) -> float:
     return total
 
 
-def kill_uid(uid: int) -> None:
-    """SIGKILL every process of a slot's uid (used as root, where the uid is the slot's alone)."""
-    for _ in range(5):
-        victims = []
-        for p in os.listdir("/proc"):
-            if p.isdigit():
-                try:
-                    if os.stat(f"/proc/{p}").st_uid == uid:
-                        victims.append(int(p))
-                except OSError:
-                    pass
-        if not victims:
-            return
+def uid_processes(uid: int) -> list[int]:
+    """Live processes of a uid (a zombie is dead already: it waits only for its parent)."""
+    found = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                if os.stat(f"/proc/{p}").st_uid == uid and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX":
+                    found.append(int(p))
+            except (OSError, IndexError):
+                pass
+    return found
+
+
+def _settles(uid: int, count: int, seconds: float = 2.0) -> bool:
+    """Whether the uid is down to `count` processes within `seconds` (killed ones take a moment)."""
+    deadline = time.monotonic() + seconds
+    while len(uid_processes(uid)) > count:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def kill_uid(uid: int, seconds: float = 10.0) -> bool:
+    """SIGKILL every process of a slot's uid (used as root, where the uid is the slot's alone),
+    until none is left: a PID namespace's teardown is asynchronous. False if some outlived it."""
+    deadline = time.monotonic() + seconds
+    while victims := uid_processes(uid):
+        if time.monotonic() > deadline:
+            return False
         for pid in victims:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+        time.sleep(0.01)
+    return True

@@ -21,6 +21,7 @@ import os
 import signal
 import socket
 import sys
+import time
 import traceback
 
 import torch
@@ -74,22 +75,39 @@ def _become_worker(phase: str) -> None:
 
 
 def _kill_all_but_me(namespace: bool) -> None:
-    """Every other process of the sandbox: in a PID namespace that is all of /proc but pid 1."""
+    """Every other process of the sandbox. In its PID namespace, kill(-1) does it in one pass
+    of the kernel's own (fork-blocking) loop, so a process that keeps forking cannot slip
+    through; elsewhere only this zygote's descendants are ours to kill."""
     me = os.getpid()
-    for _ in range(3):
+    for _ in range(200):
+        _reap()
         victims = [p for p in _pids() if p != me and (p != 1 if namespace else _descends_from(p, me))]
-        for pid in victims:
+        if not victims:
+            return
+        if namespace:
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in victims if not namespace else []:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        _reap()
-        if not victims:
-            return
+        time.sleep(0.01)  # a killed process takes a moment to die
 
 
 def _pids() -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    """Live processes: a zombie is already dead, and waits only for its parent."""
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and not _zombie(p)]
+
+
+def _zombie(pid: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in "ZX"
+    except (OSError, IndexError):
+        return True  # gone already
 
 
 def _descends_from(pid: int, ancestor: int) -> bool:
