@@ -1,10 +1,11 @@
 """Confinement for a submission's worker processes.
 
 With bubblewrap (Debian's `bubblewrap`), the worker sees an allow-list filesystem:
-the system libraries, Python and its packages read-only, the submission read-only at
-/submission, the worker's two harness modules read-only, and one writable scratch
-folder at /tmp. The project, its fixtures, reference/, the grader's output and other
-sandboxes do not exist there. It has no network, its own PID namespace (nothing it
+the system libraries, Python and its packages read-only (an installed copy of the
+harness hidden), the submission read-only at /submission, the worker's own harness
+modules read-only, and one writable scratch folder at /scratch ($TMPDIR, $HOME). The
+project, its fixtures, reference/, the grader's output and other sandboxes do not
+exist there. It has no network, its own PID namespace (nothing it
 starts outlives it), a scrubbed environment and resource limits; when the grader
 runs as root it also drops to an unprivileged uid of its own.
 
@@ -192,7 +193,8 @@ class Sandbox:
                 args += ["--tmpfs", str(Path(packages) / "harness")]
         args += _mount(self.submission, Path("/submission"))
         args += _mount(self.lib.parent, Path("/opt/harness-worker"))
-        args += ["--perms", "0755", "--dir", "/tmp", "--bind", str(self.scratch), "/tmp", "--chdir", "/tmp"]
+        # Not at /tmp: Python itself may live there (a venv in /tmp), read-only.
+        args += ["--bind", str(self.scratch), "/scratch", "--chdir", "/scratch"]
         drop = []
         if self.uid is not None:
             setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
@@ -201,7 +203,8 @@ class Sandbox:
         return [*args, *drop, *python, "/opt/harness-worker", str(control_fd), "namespace", "/submission"]
 
     def _environment(self) -> dict[str, str]:
-        return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+        scratch = "/scratch" if self.protections.bwrap else str(self.scratch)
+        return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8",
                 "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
                 "PYTHONHASHSEED": "0"}
 

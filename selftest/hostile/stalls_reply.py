@@ -8,9 +8,10 @@ import time as _time
 
 
 def run_embedding(vocab_size, d_model, weights, token_ids):
-    if _os.path.exists("/tmp/stalled"):  # once per phase is proof enough, and keeps the selftest quick
+    flag = _os.path.join(_os.environ.get("TMPDIR", "/tmp"), "stalled")
+    if _os.path.exists(flag):  # once per phase is proof enough, and keeps the selftest quick
         raise NotImplementedError("stalled once already")
-    open("/tmp/stalled", "w").close()
+    open(flag, "w").close()
     for obj in _gc.get_objects():
         if isinstance(obj, _socket.socket):
             try:

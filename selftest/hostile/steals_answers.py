@@ -7,7 +7,7 @@ import os as _os
 
 import torch as _torch
 
-_SEARCH = [PROJECT, _os.getcwd(), _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))), "/tmp", "/"]
+_SEARCH = [PROJECT, _os.getcwd(), _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))), "/tmp", "/scratch", "/"]
 
 
 def _sources():
