@@ -61,7 +61,7 @@ def parser(instructor: bool) -> argparse.ArgumentParser:
 
     rel = sub.add_parser("release", help="write the student edition: stubs, tests, public fixtures, student README")
     rel.add_argument("out", type=Path)
-    rel.add_argument("--term", required=True)
+    rel.add_argument("--term", default=None, help="fixture term (default: the one pyproject.toml pins)")
 
     grade = sub.add_parser("grade", help="grade submissions (folders or zips) in isolated subprocesses")
     grade.add_argument("submissions", nargs="+", type=Path)
@@ -172,8 +172,9 @@ def _described(term: Term, case) -> dict:
 
 def release_cmd(root: Path, args) -> int:
     from harness.release import release
-    out = release(root, args.out, args.term)
-    print(f"wrote the student release of term {args.term} to {out}")
+    term = args.term or pinned_term(root)
+    out = release(root, args.out, term)
+    print(f"wrote the student release of term {term} to {out}")
     return 0
 
 

@@ -65,6 +65,8 @@ class Grading:
             report.longrepr = f"{name}, a hidden case: {kind}. Hidden cases show no details: re-read the docstring's rules."
         elif call.excinfo.errisinstance((StudentCodeError, WorkerFailure)):
             report.longrepr = f"{name}: {call.excinfo.value}"
+        elif call.excinfo.errisinstance(NotImplementedError):  # its frame is the grader's, not the student's
+            report.longrepr = f"{name} is not implemented yet ({call.excinfo.value})"
 
     def pytest_runtest_setup(self, item):
         hidden = self.tests[item.nodeid]["hidden"]
@@ -92,7 +94,7 @@ def grade(project: Path, term: str, submission: Path, slot: int, settings: dict)
     finally:
         output = sandbox.close(link.visible_output)  # every process of the submission is dead after this
     return {"exit": int(code), "tests": list(plugin.tests.values()), "output": output,
-            "timed_out": link.timed_out, "log": log.getvalue()[-4000:] if not plugin.tests else ""}
+            "timed_out": link.timed_out, "sandbox_failed": link.sandbox_failed, "log": log.getvalue()[-4000:] if not plugin.tests else ""}
 
 
 def main() -> None:

@@ -32,7 +32,8 @@ from xml.sax.saxutils import escape, quoteattr
 
 from harness.cli import BadSetup
 from harness.contract import ADAPTERS
-from harness.sandbox import BASE_UID, Protections, kill_uid
+from harness import wire
+from harness.sandbox import BASE_UID, Protections, Sandbox, kill_uid
 from harness.store import Term
 
 MAX_ENTRIES = 2000          # files in one submission
@@ -106,6 +107,7 @@ class Grader:
         self.protections = protections or Protections.detect()
         self.settings = {"timeout": timeout, "case_timeout": case_timeout, "memory_mb": memory_mb,
                          "protections": asdict(self.protections)}
+        self._check_sandbox(memory_mb)
         if require_confinement and not (self.protections.confined and
                                         (self.protections.uid_drop or os.geteuid() != 0)):
             raise BadSetup(f"--require-confinement: {self.protections.describe()}")
@@ -115,6 +117,24 @@ class Grader:
                          if p.is_file() and "__pycache__" not in p.parts}
         self.work = Path(tempfile.mkdtemp(prefix="grading-"))
         os.chmod(self.work, 0o755)
+
+    def _check_sandbox(self, memory_mb: int) -> None:
+        """Start one worker before grading anything: a sandbox that cannot run Python would
+        otherwise give every submission 0 with status ok."""
+        empty = Path(tempfile.mkdtemp(prefix="sandbox-check-"))
+        os.chmod(empty, 0o755)
+        sandbox = Sandbox(empty, self.protections, 0, memory_mb, 60)
+        try:
+            worker = sandbox.fork("public")
+            wire.send(worker, {"op": "hello"})
+            worker.settimeout(60)
+            wire.recv(worker)  # an ImportError reply (no adapters.py) is fine: Python and torch ran
+            worker.close()
+        except (OSError, wire.WireError) as e:
+            raise BadSetup(f"the sandbox cannot start a worker: {e}") from None
+        finally:
+            sandbox.close()
+            shutil.rmtree(empty, ignore_errors=True)
 
     def prepare(self, submission: Path) -> tuple[Graded, Path | None]:
         """Vet and copy one submission; the copy holds only adapters.py and student/."""
@@ -149,7 +169,9 @@ class Grader:
                              t["message"] or (unrun if t["outcome"] == "not run" else ""))
                         for t in result["tests"]]
         graded.output = result["output"]
-        if result.get("timed_out"):
+        if result.get("sandbox_failed"):
+            graded.status = "grader-error"
+        elif result.get("timed_out"):
             graded.status = "timeout"
         elif not graded.tests:
             graded.status = "collection-error"

@@ -200,7 +200,9 @@ def pytest_sessionstart(session):
         return
     error = _load_adapters(config)
     if isinstance(error, Exception):
-        hint = " (python -c 'import adapters' shows the traceback)" if "raised" in str(error) else ""
+        target = config.stash[STATE]["target"]
+        command = f"python {target}" if target.endswith(".py") else f"python -c 'import {target.split(':')[0]}'"
+        hint = f" ({command} shows the traceback)" if "raised" in str(error) else ""
         raise pytest.UsageError(str(error).splitlines()[0] + hint)
 
 

@@ -10,6 +10,7 @@ import re
 import shutil
 from pathlib import Path
 
+from harness.contract import ADAPTERS, render_stub
 from harness.store import HIDDEN, Term
 
 INSTRUCTOR_ONLY = {"build.py", "catalogue.py", "coverage.py", "grade.py", "drive.py", "remote.py", "sandbox.py",
@@ -25,8 +26,13 @@ def release(project: Path, out: Path, term: str) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy2(project / "adapters.py", out / "adapters.py")
     shutil.copy2(project / ".gitignore", out / ".gitignore")
-    for folder in ("student", "tests", "notebooks"):
+    for folder in ("tests", "notebooks"):
         shutil.copytree(project / folder, out / folder, ignore=ignore)
+    # Stubs rendered from the contract, never this folder's student/: a TA may have solved it.
+    (out / "student").mkdir()
+    (out / "student" / "__init__.py").write_text((project / "student" / "__init__.py").read_text())
+    for module in sorted({a.impl_module for a in ADAPTERS.values()}):
+        (out / "student" / f"{module}.py").write_text(render_stub(module))
     shutil.copytree(project / "harness", out / "harness",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *INSTRUCTOR_ONLY))
     shutil.copytree(project / "fixtures" / term, out / "fixtures" / term,

@@ -42,6 +42,7 @@ class Link:
     def __init__(self, sandbox: Sandbox, case_timeout: float, deadline: float | None = None):
         self.sandbox, self.case_timeout, self.deadline = sandbox, case_timeout, deadline
         self.timed_out = False  # the whole submission ran out of time
+        self.sandbox_failed = False  # the grader's fault, not the submission's
         self.phase = "public"
         self.sock = None
         self.broken: str | None = None  # why this phase's workers cannot serve any call
@@ -75,6 +76,7 @@ class Link:
         try:
             self.sock = self.sandbox.fork(self.phase)
         except OSError as e:  # it could not start, or died before forking
+            self.sandbox_failed = True
             self.broken = f"the sandbox could not start a worker ({e})"
             raise WorkerFailure(self.broken) from None
         try:

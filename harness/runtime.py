@@ -33,6 +33,10 @@ def load_module(target: str):
             path = Path(name).resolve()
             if not path.is_file():
                 raise AdaptersError(f"--adapters {target}: no such file {path}")
+            if (path.parent / "student").is_dir():  # its own student/ beside it, not this repository's
+                sys.path.insert(0, str(path.parent))
+                for loaded in [m for m in sys.modules if m == "student" or m.startswith("student.")]:
+                    del sys.modules[loaded]
             spec = importlib.util.spec_from_file_location(f"_adapters_{path.stem}", path)
             module = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = module

@@ -1,5 +1,6 @@
 """Helpers for the harness's own tests."""
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,19 @@ def table():
     """The mistake-coverage table: one run of the whole suite, hidden cases included, per
     variant (the selftest's longest step, so it runs once and its tests share it)."""
     return {row.variant: row for row in coverage(PROJECT, extra=("--hidden",))}
+
+
+@pytest.fixture
+def forget_other_repositories():
+    """The test imports another repository's adapters and student/: forget them, and the
+    path that found them, afterwards."""
+    path = list(sys.path)
+    yield
+    sys.path[:] = path
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] in ("adapters", "student") or name.startswith("test_") and \
+                PROJECT not in Path(getattr(module, "__file__", None) or "/").parents:
+            del sys.modules[name]
 
 
 def edit(path: Path, old: str, new: str) -> None:

@@ -281,7 +281,7 @@ def test_hidden_failures_say_only_what_kind_of_failure(graded):
 
 
 @pytest.mark.parametrize("attack", ["steals_answers", "imports_reference"])
-def test_the_same_attacks_do_work_without_the_sandbox(tmp_path, attack):
+def test_the_same_attacks_do_work_without_the_sandbox(tmp_path, attack, forget_other_repositories):
     """Proof that the attacks are real: run in-process, as a local student run does, they pass."""
     from conftest import run_suite
     sub = _attack(tmp_path / attack, *ATTACKS[attack], {"PROJECT": str(PROJECT)})
@@ -364,6 +364,13 @@ def test_without_bubblewrap_the_worker_still_runs_apart_and_limited(tmp_path):
     assert "filesystem allow-list" in plain.describe().split("OFF:")[1]
     if os.geteuid() == 0 and not plain.uid_drop:  # e.g. Python under /root, unreachable for another uid
         assert "uid drop" in plain.describe().split("OFF:")[1]
+
+
+def test_a_sandbox_that_cannot_run_python_stops_grading_before_it_starts(tmp_path):
+    from harness.cli import BadSetup
+    broken = Protections(bwrap="/bin/false", uid_drop=False)
+    with pytest.raises(BadSetup, match="cannot start a worker"):
+        grade_all(PROJECT, [], TERM, tmp_path / "out", protections=broken)
 
 
 def test_gradescope_run_autograder_writes_results(tmp_path):

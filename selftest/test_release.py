@@ -108,3 +108,14 @@ def test_term_list_counts_hidden_cases_from_the_manifest(in_edition, capsys):
     manifest = json.loads((in_edition / "fixtures" / TERM / "manifest.json").read_text())
     hidden = sum(manifest["hidden_counts"].values())
     assert hidden and f", {hidden} hidden" in capsys.readouterr().out
+
+
+def test_release_ships_rendered_stubs_not_the_instructors_student_folder(tmp_path):
+    """A TA who solved student/ in this repository must not ship the solution."""
+    import shutil
+    from harness.contract import render_stub
+    copy = tmp_path / "project"
+    shutil.copytree(PROJECT, copy, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__", "selftest"))
+    (copy / "student" / "embeddings.py").write_text((PROJECT / "reference" / "embeddings.py").read_text())
+    out = release(copy, tmp_path / "edition", TERM)
+    assert (out / "student" / "embeddings.py").read_text() == render_stub("embeddings")

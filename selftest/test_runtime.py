@@ -100,3 +100,13 @@ def test_running_another_term_than_the_release_pinned_is_said():
     progress = Progress(Term(PROJECT, TERM), "adapters", pinned="another-term")
     progress.record("run_embedding", "passed", False)
     assert f"this release pins term another-term; you ran {TERM}" in progress.render()
+
+
+def test_an_adapters_path_uses_the_student_package_beside_it(tmp_path, forget_other_repositories):
+    """A TA checking a submission with --adapters must test that submission's student/, not this one's."""
+    from conftest import reference_as_student
+    sub = reference_as_student(tmp_path / "submission")
+    source = sub / "student" / "embeddings.py"
+    source.write_text(source.read_text().replace("    return weights[token_ids]", "    weights[token_ids]"))
+    run = run_suite("--adapters", str(sub / "adapters.py"), "-k", "seed-exercise and output")
+    assert run.failed and "returned None" in next(iter(run.messages.values()))

@@ -170,16 +170,6 @@ def test_check_takes_a_function_from_a_cell_and_returns_results(monkeypatch):
     assert not bad.passed and any("one-hot" in t.message for t in bad.failed), bad.report
 
 
-@pytest.fixture
-def forget_other_repositories():
-    """The next test imports another repository's tests/ and student/: forget them after."""
-    yield
-    for name, module in list(sys.modules.items()):
-        if name.split(".")[0] in ("adapters", "student") or name.startswith("test_") and \
-                PROJECT not in Path(getattr(module, "__file__", None) or "/").parents:
-            del sys.modules[name]
-
-
 def test_check_tests_the_files_as_they_are_now(tmp_path, monkeypatch, forget_other_repositories):
     repo = reference_as_student(tmp_path / "repo")
     shutil.copy(PROJECT / "pyproject.toml", repo)
