@@ -18,7 +18,6 @@ import re
 import resource
 import select
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from xml.sax.saxutils import escape, quoteattr
 from harness.cli import BadSetup
 from harness.contract import ADAPTERS
 from harness import wire
-from harness.sandbox import BASE_UID, Protections, Sandbox, kill_uid
+from harness.sandbox import BASE_UID, Protections, Sandbox, kill_group, kill_uid
 from harness.store import Term
 
 MAX_ENTRIES = 2000          # files in one submission
@@ -208,11 +207,7 @@ class Driver:
         return json.loads(line)
 
     def kill(self, grader: Grader) -> None:
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.wait()
+        kill_group(self.process)
         self.process = None
         if grader.protections.uid_drop:
             kill_uid(BASE_UID + self.slot)

@@ -149,11 +149,7 @@ class Sandbox:
     def stop(self) -> None:
         """Kill everything the submission started; return only when it is gone."""
         if self.process is not None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.process.wait()
+            kill_group(self.process)
             self.process = None
         if self.control is not None:
             self.control.close()
@@ -272,6 +268,15 @@ def tree_cpu(root: int) -> float:
             total += stats[pid][1]
         todo += children.get(pid, [])
     return total
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL a process started with start_new_session=True, and its group; reap it."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
 
 
 def uid_processes(uid: int) -> list[int]:
