@@ -131,16 +131,20 @@ class Link:
         self.sandbox.kill_workers()
 
     def _error(self, error: dict) -> Exception:
-        kind, message = str(error.get("type", "Exception")), str(error.get("message", ""))
-        if self.phase == "hidden":  # a hidden case's inputs could be in the message
-            return (NotImplementedError if kind == "NotImplementedError" else StudentCodeError)(
-                f"{kind} raised on a hidden case")
+        """The worker's failure as the grader's exception: its kind decides how checks treat it
+        (a plain raise, a device mix, a return value that is no answer); on a hidden case the
+        submission's own words are dropped, since the case's inputs could be in them."""
+        kind = str(error.get("type", "Exception"))
+        hidden = self.phase == "hidden"  # even the exception's name is the submission's to choose
+        message = "failed on a hidden case" if hidden else str(error.get("message", ""))
         if kind == "NotImplementedError":
             return NotImplementedError(message)
         if kind == "DeviceMismatch":
             return DeviceMismatch(message)
         if kind == "UnsendableResult":  # a return value, not a raise: it must not pass a must-raise case
             return ContractViolation(f"the result cannot be checked: {message}")
+        if hidden:
+            return StudentCodeError(message)
         where = f"\n{error['traceback'].rstrip()}" if error.get("traceback") else ""
         return StudentCodeError(f"{kind}: {message}{where}")
 
