@@ -13,12 +13,15 @@ from harness.contract import ADAPTERS
 from harness.runtime import Adapters
 from harness.paths import assemble, leaves
 from harness.store import HIDDEN, Case, Term, flatten, swap_view, write_term
-from reference.variants import VARIANTS
+from reference.variants import VARIANTS, spying
 
 REFERENCE = "reference.adapters"
 
 
-def build_term(project: Path, name: str, seed: int, force: bool = False) -> Path:
+def build_term(project: Path, name: str, seed: int, force: bool = False, skip_unreached: bool = True) -> Path:
+    """Build term `name` from the catalogue. `skip_unreached=False` runs every known mistake
+    on every public case, even where it cannot differ (the selftest's proof that skipping
+    changes no byte)."""
     folder = project / "fixtures" / name
     if folder.exists():
         if not force:
@@ -26,7 +29,7 @@ def build_term(project: Path, name: str, seed: int, force: bool = False) -> Path
         shutil.rmtree(folder)
     reference = Adapters(REFERENCE)
     mistakes = [v for v in VARIANTS.values() if not v.correct]
-    built = [_build_case(reference, spec, seed, mistakes) for spec in CATALOGUE]
+    built = [_build_case(reference, spec, seed, mistakes, skip_unreached) for spec in CATALOGUE]
     public = [(c, t) for c, t in built if not c.hidden]
     hidden = [(c, t) for c, t in built if c.hidden]
     meta = {"term": name, "seed": seed, "torch": torch.__version__,
@@ -44,7 +47,8 @@ def _split(built):
     return [c for c, _ in built], {c.id: t for c, t in built}
 
 
-def _build_case(reference: Adapters, spec: Spec, seed: int, mistakes: list) -> tuple[Case, dict]:
+def _build_case(reference: Adapters, spec: Spec, seed: int, mistakes: list,
+                skip_unreached: bool) -> tuple[Case, dict]:
     adapter = ADAPTERS[spec.function]
     generated = spec.generate(seed)
     inputs = [n for n in adapter.signature.parameters if n in generated]
@@ -64,17 +68,19 @@ def _build_case(reference: Adapters, spec: Spec, seed: int, mistakes: list) -> t
     kwargs = {**case.args, **assemble(generated, wide)}
     if spec.check == "raises":
         try:
-            fn(**kwargs)
+            with spying() as used:
+                fn(**kwargs)
         except Exception:
             if not case.hidden:
-                _add_fingerprints(case, tensors, kwargs, None, mistakes)
+                _add_fingerprints(case, tensors, kwargs, None, mistakes, used if skip_unreached else None)
             return case, tensors
         raise AssertionError(f"catalogue case {case.id} should raise, but the reference returned")
 
-    out = fn(**kwargs)
+    with spying() as used:
+        out = fn(**kwargs)
     expected = out if isinstance(out, dict) else _narrow(out.detach())
     if not case.hidden:  # hidden cases never explain themselves
-        _add_fingerprints(case, tensors, kwargs, expected, mistakes)
+        _add_fingerprints(case, tensors, kwargs, expected, mistakes, used if skip_unreached else None)
     if isinstance(out, dict):
         return case, {**tensors, **flatten("out", out)}
     tensors["out"] = expected
@@ -87,15 +93,19 @@ def _build_case(reference: Adapters, spec: Spec, seed: int, mistakes: list) -> t
     return case, tensors
 
 
-def _add_fingerprints(case: Case, tensors: dict, kwargs: dict, expected, mistakes: list) -> None:
+def _add_fingerprints(case: Case, tensors: dict, kwargs: dict, expected, mistakes: list,
+                      used: set[str] | None) -> None:
     """Store a sample of each known mistake's result on this case, where it differs.
 
-    `expected` is None for a must-raise case: there, any result is the mistake's."""
+    `expected` is None for a must-raise case: there, any result is the mistake's. `used`:
+    the pieces the reference call used; a mistake that patches none of them is skipped."""
     for variant in mistakes:
+        if used is not None and not variant.reaches(used):
+            continue
         torch.manual_seed(0)  # variants with randomness (dropout) still build byte-identical terms
         try:
             with torch.no_grad():
-                out = getattr(variant, case.function)(**kwargs)
+                out = getattr(variant, case.function)(**_fresh(kwargs))
         except Exception:
             continue
         out = _narrow(out) if isinstance(out, torch.Tensor) else out
@@ -105,6 +115,13 @@ def _add_fingerprints(case: Case, tensors: dict, kwargs: dict, expected, mistake
         if fp is not None:
             case.diagnoses.append(variant.name)
             tensors.update(flatten(f"diag/{variant.name}", fp))
+
+
+def _fresh(kwargs: dict) -> dict:
+    """A copy of the arguments for one variant: a mistake that writes into its inputs must
+    not change what the variants after it see."""
+    return assemble(kwargs, {p: v.detach().clone().requires_grad_(v.requires_grad) if isinstance(v, torch.Tensor)
+                             else v for p, v in leaves(kwargs)})
 
 
 def _widen(t: torch.Tensor) -> torch.Tensor:

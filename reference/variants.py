@@ -9,6 +9,7 @@ fail at least one test, a correct alternative must pass them all. Run one with
 """
 
 import contextlib
+import functools
 import importlib
 import math
 from dataclasses import dataclass, field
@@ -43,11 +44,53 @@ class Variant:
 
     @contextlib.contextmanager
     def applied(self):
-        with contextlib.ExitStack() as stack:
-            for target, value in self.patches.items():
-                module, attr = target.rsplit(".", 1)
-                stack.enter_context(mock.patch.object(importlib.import_module(f"reference.{module}"), attr, value))
+        with _patched(self.patches):
             yield
+
+    def reaches(self, used: set[str]) -> bool:
+        """Can this variant differ from the reference where the reference used `used`?"""
+        return not used.isdisjoint(self.patches)
+
+
+@contextlib.contextmanager
+def _patched(patches: dict):
+    with contextlib.ExitStack() as stack:
+        for target, value in patches.items():
+            module, attr = target.rsplit(".", 1)
+            stack.enter_context(mock.patch.object(importlib.import_module(f"reference.{module}"), attr, value))
+        yield
+
+
+@contextlib.contextmanager
+def spying():
+    """Every piece that some variant patches, replaced by a stand-in that records its use
+    into the yielded set and then does what the piece does.
+
+    A variant changes a call only through a patched piece, so where the reference call
+    used none of a variant's pieces, that variant's call runs the same code and returns the
+    same thing: the term build and the coverage table skip it there."""
+    used: set[str] = set()
+    pieces = {t: None for v in VARIANTS.values() for t in v.patches}
+    for target in pieces:
+        module, attr = target.rsplit(".", 1)
+        pieces[target] = _spy(getattr(importlib.import_module(f"reference.{module}"), attr), target, used)
+    with _patched(pieces):
+        yield used
+
+
+def _spy(piece, target: str, used: set[str]):
+    if isinstance(piece, type):  # a class is used when it is instantiated
+        def __init__(self, *args, **kwargs):
+            used.add(target)
+            piece.__init__(self, *args, **kwargs)
+        return type(piece.__name__, (piece,), {"__init__": __init__, "__module__": piece.__module__,
+                                               "__qualname__": piece.__qualname__})
+
+    @functools.wraps(piece)
+    def spy(*args, **kwargs):
+        used.add(target)
+        return piece(*args, **kwargs)
+    return spy
 
 
 VARIANTS: dict[str, Variant] = {}
