@@ -10,7 +10,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.suite import run_suite
+import pytest
+
+from harness.suite import SuiteRun, run_suite
 
 NAMED_TARGET = 0.8
 
@@ -29,22 +31,59 @@ class Row:
 def coverage(project: Path, names: list[str] | None = None, extra: tuple = (), jobs: int | None = None) -> list[Row]:
     """One suite run per variant, spread over `jobs` worker processes (default: one per CPU).
 
+    A variant runs only the tests whose adapter calls used one of the pieces it patches
+    (found by one spied reference run): every other test runs the reference's code and
+    passes as the reference does.
+
     Workers are spawned, not forked: a fork of a process whose OpenMP threads have run
     (any torch op with more than one thread) hangs at its first parallel op. Each worker
-    imports torch once and then runs many variants."""
+    imports torch once, keeps to one thread (two workers on two cores would otherwise
+    fight over them) and then runs many variants."""
     from reference.variants import VARIANTS  # instructor-side
     wanted = [v.name for v in VARIANTS.values() if not names or v.name in names]
+    used = reach(project, extra)
+    tasks = [(project, name, extra, [t for t, pieces in used.items() if VARIANTS[name].reaches(pieces)])
+             for name in wanted]
     jobs = min(jobs or len(os.sched_getaffinity(0)), len(wanted))
     if jobs <= 1:
-        return [_row(project, name, extra) for name in wanted]
-    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
-        return pool.starmap(_row, [(project, name, extra) for name in wanted], chunksize=1)
+        return [_row(*task) for task in tasks]
+    with multiprocessing.get_context("spawn").Pool(jobs, initializer=_one_thread) as pool:
+        return pool.starmap(_row, tasks, chunksize=1)
 
 
-def _row(project: Path, name: str, extra: tuple) -> Row:
+def reach(project: Path, extra: tuple = ()) -> dict[str, set[str]]:
+    """test node id -> the variant-patched pieces its adapter calls used, from one run of
+    the suite against the reference with every such piece spied on."""
+    from reference.variants import spying
+
+    class PerTest:
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_protocol(self, item):
+            used.clear()
+            try:
+                return (yield)
+            finally:
+                found[item.nodeid] = set(used)
+
+    found: dict[str, set[str]] = {}
+    with spying() as used:
+        run = run_suite(project, "--adapters", "reference.adapters", *extra, quiet=True, plugins=(PerTest(),))
+    if run.exit_code != 0:
+        raise RuntimeError(f"the reference fails its own suite:\n{run.output[-3000:]}")
+    return found
+
+
+def _one_thread():
+    import torch
+    torch.set_num_threads(1)
+
+
+def _row(project: Path, name: str, extra: tuple, tests: list[str] | None) -> Row:
+    """`tests`: the node ids to run (None: the whole suite; empty: none can differ)."""
     from reference.variants import VARIANTS
     v = VARIANTS[name]
-    run = run_suite(project, "--adapters", f"reference.variants:{v.name}", *extra, quiet=True)
+    run = SuiteRun() if tests == [] else \
+        run_suite(project, "--adapters", f"reference.variants:{v.name}", *extra, quiet=True, tests=tests)
     caught = sorted({n.split("::")[-1] for n in run.failed})
     naming = [n for n, m in run.messages.items() if (v.hint and v.hint in m) or (v.named_by and v.named_by in m)]
     named_in = sorted({run.adapters.get(n) for n in naming} - {None})

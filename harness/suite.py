@@ -45,14 +45,18 @@ class _Collector:
             self.run.adapters[item.nodeid] = item.stash.get(ADAPTER, None)
 
 
-def run_suite(project: Path, *args: str, quiet: bool = False) -> SuiteRun:
+def run_suite(project: Path, *args: str, quiet: bool = False, tests: list[str] | None = None,
+              plugins: tuple = ()) -> SuiteRun:
+    """`tests`: node ids ("tests/test_x.py::test_y[id]") to run instead of the whole suite."""
     run = SuiteRun()
-    argv = [str(project / "tests"), "-q", "-p", "no:cacheprovider", "--rootdir", str(project), *args]
+    paths = [str(project / t) for t in tests] if tests else [str(project / "tests")]
+    argv = [*paths, "-q", "-p", "no:cacheprovider", "--rootdir", str(project), *args]
+    plugins = [_Collector(run), *plugins]
     if quiet:
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer):
-            run.exit_code = pytest.main(argv, plugins=[_Collector(run)])
+            run.exit_code = pytest.main(argv, plugins=plugins)
         run.output = buffer.getvalue()
     else:
-        run.exit_code = pytest.main(argv, plugins=[_Collector(run)])
+        run.exit_code = pytest.main(argv, plugins=plugins)
     return run

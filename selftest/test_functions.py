@@ -13,7 +13,7 @@ For each adapter:
 import pytest
 import torch
 
-from conftest import run_suite
+from conftest import PROJECT, run_suite
 from harness.catalogue import CATALOGUE
 from harness.contract import ADAPTERS
 
@@ -56,3 +56,12 @@ def test_function_has_a_mistake_named_in_its_own_tests(table, name):
     named = [row.variant for row in table.values() if not row.correct and name in row.named_in]
     assert named, (f"no known mistake is named by a failing test of {name}: add a variant to "
                    "reference/variants.py whose hint or named_by appears in that failure report")
+
+
+@pytest.mark.parametrize("variant", ["softmax_without_max", "blocks_in_python_list", "rmsnorm_gains_not_one"])
+def test_the_table_runs_every_test_that_a_variant_fails(table, variant):
+    """The table runs a variant only on the tests whose adapter calls used a piece it patches
+    (a function, or a class the call builds); the whole suite fails no other test."""
+    from harness.suite import run_suite as run_quietly
+    whole = run_quietly(PROJECT, "--adapters", f"reference.variants:{variant}", "--hidden", quiet=True)
+    assert sorted({n.split("::")[-1] for n in whole.failed}) == table[variant].caught_by
