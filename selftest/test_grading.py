@@ -1,6 +1,8 @@
-"""`harness grade` on one batch of purpose-made submissions, graded while two busy loops load
-the machine: honest ones keep full marks, known mistakes lose the right points, and every
-hostile one (one per attack family, selftest/hostile/) scores 0 and stays contained."""
+"""`harness grade` on one batch of purpose-made submissions: honest ones keep full marks,
+known mistakes lose the right points, and every hostile one (one per attack family,
+selftest/hostile/) scores 0 and stays contained. A second, small batch is graded while two
+busy loops load the machine: load costs an honest submission nothing, and a hang is judged
+by CPU time."""
 
 import csv
 import hashlib
@@ -37,11 +39,15 @@ EDITED = {
     "half_split_rope": ("rope.py", "even, odd = x[..., 0::2], x[..., 1::2]",
                         "even, odd = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]"),
     "no_scale": ("attention.py", "/ math.sqrt(Q.shape[-1])", ""),
-    "hangs": ("accounting.py", "    V, T, d, L = vocab_size", "    while True:\n        pass\n    V, T, d, L = vocab_size"),
-    "exits": ("accounting.py", "    V, T, d, L = vocab_size", "    import os\n    os._exit(3)\n    V, T, d, L = vocab_size"),
     "syntax_error": ("attention.py", "def silu(", "def silu(:\ndef _("),
-    "mask_on_cpu": ("attention.py", "dtype=torch.bool, device=x.device).tril()", "dtype=torch.bool).tril()"),
 }
+# on top of no_scale: attention's causal mask is made without device=
+MASK_ON_CPU = ("attention.py", "dtype=torch.bool, device=x.device).tril()", "dtype=torch.bool).tril()")
+# accounting hangs for GPT-2 XL, and ends its worker process for GPT-2 small
+ANCHOR = "    V, T, d, L = vocab_size"
+HANGS = ("accounting.py", ANCHOR, "    if d_model == 1600:\n        while True:\n            pass\n" + ANCHOR)
+EXITS = ("accounting.py", ANCHOR, "    if d_model == 768:\n        __import__('os')._exit(3)\n" + ANCHOR)
+
 # name -> (start from the reference or the stubs, attack appended to adapters.py)
 ATTACKS = {
     "steals_answers": ("stubs", "steals_answers.py"),
@@ -112,6 +118,13 @@ def _survivors() -> list[str]:
     return found
 
 
+def _hangs_and_exits(dst: Path) -> Path:
+    sub = reference_as_student(dst)
+    for target, before, after in (HANGS, EXITS):
+        edit(sub / "student" / target, before, after)
+    return sub
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     subs = tmp_path_factory.mktemp("submissions")
@@ -123,35 +136,34 @@ def graded(tmp_path_factory):
     constants = {"PROJECT": str(PROJECT), "OUT": str(out), "PORT": listener.getsockname()[1]}
 
     reference_as_student(subs / "reference")
-    reference_as_student(subs / "reference_after_harm")
     _stubs(subs / "stubs")
     for name, (target, old, new) in EDITED.items():
         edit(reference_as_student(subs / name) / "student" / target, old, new)
+    edit(subs / "no_scale" / "student" / MASK_ON_CPU[0], *MASK_ON_CPU[1:])
     for name, (start, attack) in ATTACKS.items():
         _attack(subs / name, start, attack, constants)
-    # carries its own edited tests and fixtures, and writes into any fixtures it can reach at run time
-    edits = reference_as_student(subs / "edits_fixtures")
-    shutil.copytree(PROJECT / "tests", edits / "tests")
-    (edits / "tests" / "test_fixtures.py").write_text("def test_fixture():\n    pass\n")
-    shutil.copytree(PROJECT / "fixtures" / TERM, edits / "fixtures" / TERM)
-    (edits / "fixtures" / TERM / "run_rope.safetensors").write_bytes(b"forged")
+    # a zip that carries its own edited tests and fixtures, and writes into any fixtures it
+    # can reach at run time
     zipped = reference_as_student(tmp_path_factory.mktemp("zipsrc") / "zipped")
+    shutil.copytree(PROJECT / "tests", zipped / "tests")
+    (zipped / "tests" / "test_fixtures.py").write_text("def test_fixture():\n    pass\n")
+    shutil.copytree(PROJECT / "fixtures" / TERM, zipped / "fixtures" / TERM)
+    (zipped / "fixtures" / TERM / "run_rope.safetensors").write_bytes(b"forged")
     shutil.make_archive(str(subs / "zipped"), "zip", zipped.parent, "zipped")
     reference_as_student(subs / "no_adapters")
     (subs / "no_adapters" / "adapters.py").unlink()
     _bad_archives(subs)
 
-    order = sorted(subs.iterdir(), key=lambda p: (p.name == "reference_after_harm", p.name))
+    # The attack on others goes first and honest work last, so that it is graded after the harm;
+    # the stall (which only waits) starts early, beside the rest.
+    first, last = ("harms_others", "stalls_reply"), ("reference", "zipped.zip")
+    order = sorted(subs.iterdir(), key=lambda p: (p.name not in first, p.name in last, p.name))
     before = _project_digest()
-    load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     os.environ[CANARY] = "secret"
     try:
         results = grade_all(PROJECT, order, TERM, out, jobs=2, timeout=300, case_timeout=1)
     finally:
         del os.environ[CANARY]
-        for p in load:
-            p.kill()
-            p.wait()
     connections = 0
     try:
         while listener.accept():
@@ -160,6 +172,24 @@ def graded(tmp_path_factory):
         pass
     return {"results": {r.name: r for r in results}, "out": out, "before": before, "after": _project_digest(),
             "survivors": _survivors(), "connections": connections, "subs": subs}
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    """The reference and a submission that hangs once and crashes once, graded while two busy
+    loops keep both cores busy, with a per-call limit of 1 s of CPU time."""
+    subs = tmp_path_factory.mktemp("loaded")
+    reference_as_student(subs / "reference")
+    _hangs_and_exits(subs / "hangs_and_exits")
+    load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        results = grade_all(PROJECT, sorted(subs.iterdir()), TERM, tmp_path_factory.mktemp("graded"),
+                            jobs=2, timeout=300, case_timeout=1)
+    finally:
+        for p in load:
+            p.kill()
+            p.wait()
+    return {r.name: r for r in results}
 
 
 def _results_json(graded, name) -> dict:
@@ -172,10 +202,20 @@ def per_function(graded, name) -> dict[str, float]:
     return {fn: float(row[fn]) for fn in ADAPTERS}
 
 
+def _scores(result) -> dict[str, float]:
+    """Points per contract function."""
+    scores = dict.fromkeys(ADAPTERS, 0.0)
+    earned = result.scores()
+    for t in result.tests:
+        scores[t.adapter] += earned[t.id][0]
+    return scores
+
+
 # ---------------------------------------------------------------- honest work
 
-@pytest.mark.parametrize("name", ["reference", "reference_after_harm", "zipped", "edits_fixtures"])
+@pytest.mark.parametrize("name", ["reference", "zipped"])
 def test_honest_submissions_get_full_marks(graded, name):
+    """Graded after the submission that attacks the grader and the others."""
     result = graded["results"][name]
     assert result.status == "ok" and result.score == pytest.approx(FULL), (result.status, result.score)
     assert _results_json(graded, name)["score"] == pytest.approx(FULL)
@@ -209,21 +249,25 @@ def test_known_mistakes_get_partial_credit_on_the_right_functions(graded, name, 
             assert points == pytest.approx(ADAPTERS[fn].points), f"{fn} lost points it should keep"
 
 
-@pytest.mark.parametrize("name, said", [("hangs", "did not finish within 1 s of CPU time"),
-                                        ("exits", "the worker process died during this call")])
-def test_a_hang_or_a_crash_costs_only_the_tests_it_touches(graded, name, said):
-    """CPU time, not wall time, under load; the next test runs in a fresh worker."""
-    scores = per_function(graded, name)
-    assert scores["run_transformer_accounting"] == 0
+def test_load_costs_an_honest_submission_nothing(loaded):
+    """Per-call limits count CPU time: with both cores busy, the reference keeps full marks."""
+    assert loaded["reference"].status == "ok" and loaded["reference"].score == pytest.approx(FULL)
+
+
+@pytest.mark.parametrize("said", ["did not finish within 1 s of CPU time", "the worker process died during this call"])
+def test_a_hang_or_a_crash_costs_only_the_tests_it_touches(loaded, said):
+    """Under load too; the next test runs in a fresh worker."""
+    result = loaded["hangs_and_exits"]
+    scores = _scores(result)
+    assert result.status == "ok" and scores["run_transformer_accounting"] < ADAPTERS["run_transformer_accounting"].points
     assert all(scores[fn] == pytest.approx(a.points) for fn, a in ADAPTERS.items()
                if fn not in ("run_transformer_accounting", "get_transformer_lm"))
-    messages = [t["output"] for t in _results_json(graded, name)["tests"]]
-    assert any(said in m for m in messages)
+    assert any(said in t.message for t in result.tests)
 
 
 def test_probes_run_in_the_worker_and_still_catch_a_cpu_mask(graded):
     """The meta-device probe runs where the code is; a mask made without device= fails it."""
-    tests = _results_json(graded, "mask_on_cpu")["tests"]
+    tests = _results_json(graded, "no_scale")["tests"]
     device = {t["name"]: t for t in tests if "runs_on_meta_device" in t["name"]}
     failed = {n for n, t in device.items() if t["status"] == "failed"}
     assert "run_multihead_self_attention: test_function_runs_on_meta_device[run_multihead_self_attention]" in failed
@@ -238,7 +282,7 @@ def test_syntax_error_gets_zero_with_the_reason(graded):
 
 
 def test_edited_official_files_are_reported_and_ignored(graded):
-    tampered = graded["results"]["edits_fixtures"].tampered
+    tampered = graded["results"]["zipped"].tampered
     assert "tests/test_fixtures.py" in tampered and f"fixtures/{TERM}/run_rope.safetensors" in tampered
 
 
@@ -353,14 +397,14 @@ def test_hidden_tests_publish_later_and_leak_nothing(graded):
 
 def test_without_bubblewrap_the_worker_still_runs_apart_and_limited(tmp_path):
     """Where namespaces are forbidden: a plain subprocess (as root, under its own uid) still grades."""
-    subs = tmp_path / "subs"
-    reference_as_student(subs / "reference")
-    edit(reference_as_student(subs / "exits") / "student" / "accounting.py", *EDITED["exits"][1:])
+    exits = reference_as_student(tmp_path / "subs" / "exits")
+    edit(exits / "student" / EXITS[0], *EXITS[1:])
     plain = Protections.detect(bubblewrap=False)
-    results = {r.name: r for r in grade_all(PROJECT, sorted(subs.iterdir()), TERM, tmp_path / "out",
-                                            jobs=1, case_timeout=5, protections=plain)}
-    assert results["reference"].score == pytest.approx(FULL)
-    assert 0 < results["exits"].score < FULL and not _survivors()
+    [result] = grade_all(PROJECT, [exits], TERM, tmp_path / "out", jobs=1, case_timeout=5, protections=plain)
+    scores = _scores(result)
+    assert result.status == "ok" and 0 < result.score < FULL and not _survivors()
+    assert all(scores[fn] == pytest.approx(a.points) for fn, a in ADAPTERS.items()
+               if fn not in ("run_transformer_accounting", "get_transformer_lm"))
     assert "filesystem allow-list" in plain.describe().split("OFF:")[1]
     if os.geteuid() == 0 and not plain.uid_drop:  # e.g. Python under /root, unreachable for another uid
         assert "uid drop" in plain.describe().split("OFF:")[1]

