@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from harness.compare import Mismatch
-from harness.plugin import ADAPTER, STATE
+from harness.plugin import ADAPTER, STATE, short_report
 from harness.remote import Link, RemoteFunctions, StudentCodeError, WorkerFailure
 from harness.runtime import Adapters, ContractViolation
 from harness.sandbox import Protections, Sandbox
@@ -51,22 +51,36 @@ class Grading:
                                        "hidden": bool(case and case.hidden), "outcome": "not run", "message": ""}
         items.sort(key=lambda item: self.tests[item.nodeid]["hidden"])  # stable: course order within each
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item, call):
+    def _published(self, item, excinfo) -> str | None:
         """The submission's own error in one line, without the grader's traceback. On a hidden
         case a fixed sentence chosen by the kind of failure: nothing the submission controls
         (a message, an exception's name, a returned shape) reaches the report."""
-        report = (yield).get_result()
-        if call.excinfo is None or not report.failed:
-            return
         name = item.stash.get(ADAPTER, None) or "the code under test"
         if self.tests[item.nodeid]["hidden"]:
-            kind = next((said for cls, said in HIDDEN_FAILURES if call.excinfo.errisinstance(cls)), "failed")
-            report.longrepr = f"{name}, a hidden case: {kind}. Hidden cases show no details: re-read the docstring's rules."
-        elif call.excinfo.errisinstance((StudentCodeError, WorkerFailure)):
-            report.longrepr = f"{name}: {call.excinfo.value}"
-        elif call.excinfo.errisinstance(NotImplementedError):  # its frame is the grader's, not the student's
-            report.longrepr = f"{name} is not implemented yet ({call.excinfo.value})"
+            kind = next((said for cls, said in HIDDEN_FAILURES if excinfo.errisinstance(cls)), "failed")
+            return f"{name}, a hidden case: {kind}. Hidden cases show no details: re-read the docstring's rules."
+        if excinfo.errisinstance((StudentCodeError, WorkerFailure)):
+            return f"{name}: {excinfo.value}"
+        if excinfo.errisinstance(NotImplementedError):  # its frame is the grader's, not the student's
+            return f"{name} is not implemented yet ({excinfo.value})"
+        return None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_makereport(self, item, call):
+        """Where the report is replaced anyway, skip pytest's traceback formatting: it parses
+        the source of every frame, tens of ms a failure, seconds for code that always raises."""
+        if call.excinfo is None or call.excinfo.errisinstance(pytest.skip.Exception):
+            return None
+        text = self._published(item, call.excinfo)
+        return None if text is None else short_report(item, call, text)
+
+    @pytest.hookimpl(hookwrapper=True, specname="pytest_runtest_makereport")
+    def pytest_runtest_makereport_replace(self, item, call):
+        """...and where harness.plugin built its own report first."""
+        report = (yield).get_result()
+        if call.excinfo is not None and report.failed:
+            text = self._published(item, call.excinfo)
+            report.longrepr = report.longrepr if text is None else text
 
     def pytest_runtest_setup(self, item):
         hidden = self.tests[item.nodeid]["hidden"]

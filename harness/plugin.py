@@ -307,8 +307,11 @@ def pytest_runtest_makereport(item, call):
     if not name or call.excinfo is None or call.excinfo.errisinstance(pytest.skip.Exception):
         return None
     text = _explain(item, name, call.excinfo)
-    if text is None:
-        return None
+    return None if text is None else short_report(item, call, text)
+
+
+def short_report(item, call, text: str) -> pytest.TestReport:
+    """A failed test's report that says `text`, built without pytest's traceback formatting."""
     sections = [(f"Captured {key} {when}", content) for when, key, content in item._report_sections]
     return pytest.TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, "failed", text,
                              call.when, sections, call.duration, call.start, call.stop,

