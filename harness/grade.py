@@ -106,7 +106,7 @@ class Grader:
         self.protections = protections or Protections.detect()
         self.settings = {"timeout": timeout, "case_timeout": case_timeout, "memory_mb": memory_mb,
                          "protections": asdict(self.protections)}
-        self._check_sandbox(memory_mb)
+        self._check = self._start_sandbox_check(memory_mb)
         if require_confinement and not (self.protections.confined and
                                         (self.protections.uid_drop or os.geteuid() != 0)):
             raise BadSetup(f"--require-confinement: {self.protections.describe()}")
@@ -117,12 +117,23 @@ class Grader:
         self.work = Path(tempfile.mkdtemp(prefix="grading-"))
         os.chmod(self.work, 0o755)
 
-    def _check_sandbox(self, memory_mb: int) -> None:
-        """Start one worker before grading anything: a sandbox that cannot run Python would
-        otherwise give every submission 0 with status ok."""
+    def _start_sandbox_check(self, memory_mb: int) -> tuple[Sandbox, Path]:
+        """Start one sandbox now: it imports torch while the drivers start. `ready()` asks it
+        for a worker."""
         empty = Path(tempfile.mkdtemp(prefix="sandbox-check-"))
         os.chmod(empty, 0o755)
         sandbox = Sandbox(empty, self.protections, 0, memory_mb, 60)
+        try:
+            sandbox.start()
+        except OSError as e:
+            sandbox.close()
+            raise BadSetup(f"the sandbox cannot start: {e}") from None
+        return sandbox, empty
+
+    def ready(self) -> None:
+        """Before grading anything, one worker must start: a sandbox that cannot run Python
+        would otherwise give every submission 0 with status ok."""
+        sandbox, empty = self._check
         try:
             worker = sandbox.fork("public")
             wire.send(worker, {"op": "hello"})
@@ -184,7 +195,7 @@ class Driver:
         self.slot = slot
         self.process = None
 
-    def grade(self, grader: Grader, copy: Path) -> dict:
+    def start(self, grader: Grader) -> None:
         if self.process is None or self.process.poll() is not None:
             env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "PYTEST"))}
             memory = (2 * grader.settings["memory_mb"] + 4096) << 20  # what a worker sends it is bounded too
@@ -192,6 +203,9 @@ class Driver:
                 [sys.executable, "-m", "harness.drive"], cwd=grader.project, env=env, text=True,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
                 preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (memory, memory)))
+
+    def grade(self, grader: Grader, copy: Path) -> dict:
+        self.start(grader)
         job = {"project": str(grader.project), "term": grader.term_name, "submission": str(copy),
                "slot": self.slot, "settings": grader.settings}
         self.process.stdin.write(json.dumps(job) + "\n")
@@ -207,7 +221,8 @@ class Driver:
         return json.loads(line)
 
     def kill(self, grader: Grader) -> None:
-        kill_group(self.process)
+        if self.process is not None:
+            kill_group(self.process)
         self.process = None
         if grader.protections.uid_drop:
             kill_uid(BASE_UID + self.slot)
@@ -371,8 +386,17 @@ def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs
     graded: dict[str, Graded] = {}
     lock = threading.Lock()
 
-    def work(slot: int) -> None:
-        driver = Driver(slot)
+    drivers = [Driver(slot) for slot in range(max(1, min(jobs, len(submissions))))]
+    try:
+        for driver in drivers:  # they import torch and the suite while the sandbox check runs
+            driver.start(grader)
+        grader.ready()
+    except BaseException:
+        for driver in drivers:
+            driver.kill(grader)
+        raise
+
+    def work(driver: Driver) -> None:
         try:
             while True:
                 try:
@@ -399,7 +423,7 @@ def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs
         finally:
             driver.close()
 
-    threads = [threading.Thread(target=work, args=(slot,)) for slot in range(max(1, jobs))]
+    threads = [threading.Thread(target=work, args=(driver,)) for driver in drivers]
     for t in threads:
         t.start()
     for t in threads:
