@@ -1,14 +1,21 @@
 """Helpers for the harness's own tests."""
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from harness.coverage import coverage
 from harness.store import pinned_term
 from harness.suite import SuiteRun, run_suite as _run_suite
 from reference.submission import reference_as_student  # noqa: F401  (re-exported for the tests)
+
+# Many processes share few cores here (workers, drivers, suites in subprocesses): more than
+# one torch thread each only makes them fight (OpenMP threads spin while they wait).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(1)
 
 PROJECT = Path(__file__).resolve().parents[1]
 TERM = pinned_term(PROJECT)  # terms are data: the selftest runs whichever one is pinned

@@ -23,11 +23,10 @@ COMMANDS = [line.split("#")[0].strip() for block in re.findall(r"```bash\n(.*?)`
             for line in block.splitlines() if line.strip()]
 
 
-def run(words, cwd):
+def python(args, cwd):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "HARNESS"))}
-    # `python -m` puts the copy first on sys.path: its harness, reference and plugin are the ones imported.
-    return subprocess.run([sys.executable, "-m", *words], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600)
+    # `python -m` and `-c` put the copy first on sys.path: its harness, reference and plugin are the ones imported.
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +45,7 @@ def added(tmp_path_factory):
         words = shlex.split(command.replace("NAME", TERM).replace("SEED", str(seed)))
         if words[:2] == ["pytest", "selftest"]:
             continue  # the checks below are the selftest's, for the new function
-        result = run(words[2:] if words[:2] == ["python", "-m"] else words, copy)
+        result = python(["-m", *(words[2:] if words[:2] == ["python", "-m"] else words)], copy)
         assert result.returncode == 0, f"{command}:\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
     return copy
 
@@ -59,24 +58,57 @@ def test_walkthrough_has_its_steps():
     assert "pytest selftest" in COMMANDS
 
 
-def test_generated_files_are_up_to_date(added):
-    result = run(["harness", "contract", "--check"], added)
-    assert result.returncode == 0, result.stdout
+# The three checks of the new function, in one interpreter of the copy (each start costs
+# an import of torch): `contract --check`, then the suite against the reference and against
+# the new mistake. Prints {check: [exit code, output]} as JSON.
+CHECKS = """
+import contextlib, io, json, sys
+import pytest
+from harness.cli import main
+
+def contract():
+    try:
+        return main(["contract", "--check"])
+    except SystemExit as e:
+        return e.code
+
+def suite(adapters, *extra):
+    return pytest.main(["-q", "-p", "no:cacheprovider", "--adapters", adapters, *extra, "-k", "run_gelu"])
+
+results = {}
+for name, check in [("contract", contract), ("reference", lambda: suite("reference.adapters", "--hidden")),
+                    ("mistake", lambda: suite("reference.variants:gelu_tanh"))]:
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        code = check()
+    results[name] = [int(code or 0), buffer.getvalue()]
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def checked(added):
+    result = python(["-c", CHECKS], added)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_generated_files_are_up_to_date(added, checked):
+    code, output = checked["contract"]
+    assert code == 0, output
     assert "def run_gelu(" in (added / "adapters.py").read_text()
     assert "def gelu(" in (added / "student" / "attention.py").read_text()
     assert "`gelu_tanh`" in (added / "MISTAKES.md").read_text()
 
 
-def test_reference_passes_the_new_functions_public_and_hidden_tests(added):
-    result = run(["pytest", "-q", "-p", "no:cacheprovider", "--adapters", "reference.adapters", "--hidden",
-                  "-k", "run_gelu"], added)
-    assert result.returncode == 0, result.stdout[-3000:]
-    passed = int(re.search(r"(\d+) passed", result.stdout).group(1))
+def test_reference_passes_the_new_functions_public_and_hidden_tests(checked):
+    code, output = checked["reference"]
+    assert code == 0, output[-3000:]
+    passed = int(re.search(r"(\d+) passed", output).group(1))
     assert passed >= 5  # output and gradient of each public case, the hidden one, the device probe
 
 
-def test_the_new_mistake_is_named_in_the_new_functions_report(added):
-    result = run(["pytest", "-q", "-p", "no:cacheprovider", "--adapters", "reference.variants:gelu_tanh",
-                  "-k", "run_gelu"], added)
-    assert result.returncode == 1, result.stdout[-3000:]
-    assert "GELU by its tanh approximation" in result.stdout
+def test_the_new_mistake_is_named_in_the_new_functions_report(checked):
+    code, output = checked["mistake"]
+    assert code == 1, output[-3000:]
+    assert "GELU by its tanh approximation" in output
