@@ -199,3 +199,12 @@ def test_the_example_notebook_runs_against_the_reference(monkeypatch):
     assert "run_embedding                          passed            17/17" in text, text
     assert "run_sinusoidal_positions               passed" in text, text  # a cell that raised stops execute()
     assert "negative-id" in text, text  # the cell's function lacks the range check
+
+
+def test_an_in_process_run_leaves_the_heap_unfrozen():
+    """A `pytest` command freezes the heap as it exits (its last garbage collection is then
+    quick); a run inside a living process (a notebook, this selftest) must not."""
+    import gc
+    before = gc.get_freeze_count()
+    run_suite("--collect-only")
+    assert gc.get_freeze_count() == before
