@@ -136,7 +136,7 @@ def term_use(root: Path, args) -> int:
     print(f"pinned term {args.name} in pyproject.toml (was {before}). Next:\n"
           f"  python -m harness term verify {args.name}\n"
           "  pytest --adapters reference.adapters --hidden\n"
-          "  pytest selftest\n"
+          "  pytest selftest -n auto\n"
           f"  git add pyproject.toml fixtures/{args.name}; git commit\n"
           f"  python -m harness release OUT --term {args.name}   # the student edition")
     return 0

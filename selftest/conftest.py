@@ -21,6 +21,14 @@ PROJECT = Path(__file__).resolve().parents[1]
 TERM = pinned_term(PROJECT)  # terms are data: the selftest runs whichever one is pinned
 
 
+def pytest_configure(config):
+    """With `-n N` (pytest-xdist), whole files go to a worker: a file's module fixtures (the
+    graded batch, the coverage table, a built term) are expensive, and would be built once
+    per worker that runs any of its tests."""
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadfile"
+
+
 def run_suite(*args: str) -> SuiteRun:
     """The student suite, in this process, against whatever `args` select."""
     return _run_suite(PROJECT, *args)

@@ -1,8 +1,7 @@
 """`harness grade` on one batch of purpose-made submissions: honest ones keep full marks,
 known mistakes lose the right points, and every hostile one (one per attack family,
-selftest/hostile/) scores 0 and stays contained. A second, small batch is graded while two
-busy loops load the machine: load costs an honest submission nothing, and a hang is judged
-by CPU time."""
+selftest/hostile/) scores 0 and stays contained. (Grading under load, without bubblewrap
+and through Gradescope: test_grading_setups.py.)"""
 
 import csv
 import hashlib
@@ -11,12 +10,7 @@ import os
 import re
 import shutil
 import socket
-import stat
-import subprocess
-import sys
-import zipfile
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 import torch
@@ -24,105 +18,17 @@ import torch
 from conftest import PROJECT, TERM, edit, reference_as_student
 from harness.contract import ADAPTERS
 from harness.grade import grade_all
-from harness.sandbox import BASE_UID, Protections
+from harness.sandbox import Protections
 from harness.store import Term
-
-FULL = sum(a.points for a in ADAPTERS.values())
-HOSTILE = Path(__file__).parent / "hostile"
-CANARY = "HARNESS_CANARY_do_not_leak"
-MARKER = "6061"  # the hostile submissions' `sleep 6061` children
+from submissions import (ATTACKS, CANARY, EDITED, FULL, MASK_ON_CPU, bad_archives, copy_stubs, survivors,
+                         with_attack)
 
 requires_bwrap = pytest.mark.skipif(not Protections.detect().confined, reason="bubblewrap is not usable here")
-
-# name -> (start from, file to edit, old, new): honest work and known mistakes
-EDITED = {
-    "half_split_rope": ("rope.py", "even, odd = x[..., 0::2], x[..., 1::2]",
-                        "even, odd = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]"),
-    "no_scale": ("attention.py", "/ math.sqrt(Q.shape[-1])", ""),
-    "syntax_error": ("attention.py", "def silu(", "def silu(:\ndef _("),
-}
-# on top of no_scale: attention's causal mask is made without device=
-MASK_ON_CPU = ("attention.py", "dtype=torch.bool, device=x.device).tril()", "dtype=torch.bool).tril()")
-# accounting hangs for GPT-2 XL, and ends its worker process for GPT-2 small
-ANCHOR = "    V, T, d, L = vocab_size"
-HANGS = ("accounting.py", ANCHOR, "    if d_model == 1600:\n        while True:\n            pass\n" + ANCHOR)
-EXITS = ("accounting.py", ANCHOR, "    if d_model == 768:\n        __import__('os')._exit(3)\n" + ANCHOR)
-
-# name -> (start from the reference or the stubs, attack appended to adapters.py)
-ATTACKS = {
-    "steals_answers": ("stubs", "steals_answers.py"),
-    "imports_reference": ("stubs", "imports_reference.py"),
-    "forges_verdict": ("stubs", "forges_verdict.py"),
-    "harms_others": ("stubs", "harms_others.py"),
-    "records_hidden": ("reference", "records_hidden.py"),
-    "raises_everywhere": ("stubs", "raises_everywhere.py"),
-    "stalls_reply": ("stubs", "stalls_reply.py"),
-}
-
-
-def _stubs(dst: Path) -> Path:
-    shutil.copytree(PROJECT / "student", dst / "student", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(PROJECT / "adapters.py", dst / "adapters.py")
-    return dst
-
-
-def _attack(dst: Path, start: str, attack: str, constants: dict) -> Path:
-    (reference_as_student if start == "reference" else _stubs)(dst)
-    header = "".join(f"{k} = {v!r}\n" for k, v in constants.items())
-    with (dst / "adapters.py").open("a") as f:
-        f.write("\n\n" + header + (HOSTILE / attack).read_text())
-    return dst
-
-
-def _zip(path: Path, entries: list[tuple[str, bytes, int]]) -> Path:
-    """A zip with entries (name, data, unix mode); a mode of S_IFLNK makes a symbolic link."""
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-        for name, data, mode in entries:
-            info = zipfile.ZipInfo(name)
-            info.external_attr = mode << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            z.writestr(info, data)
-    return path
-
-
-def _bad_archives(subs: Path) -> None:
-    adapters = (PROJECT / "adapters.py").read_bytes()
-    regular = stat.S_IFREG | 0o644
-    _zip(subs / "traversal.zip", [("adapters.py", adapters, regular), ("../../escaped.py", b"x = 1\n", regular)])
-    _zip(subs / "absolute.zip", [("adapters.py", adapters, regular), ("/tmp/absolute.py", b"x = 1\n", regular)])
-    _zip(subs / "symlink.zip", [("adapters.py", b"/etc/passwd", stat.S_IFLNK | 0o777)])
-    _zip(subs / "bomb.zip", [("adapters.py", adapters, regular), ("student/zeros.bin", bytes(100 << 20), regular)])
-    linked = reference_as_student(subs / "symlinked_adapters")
-    (linked / "adapters.py").unlink()
-    (linked / "adapters.py").symlink_to(PROJECT / "reference" / "adapters.py")
-
 
 def _project_digest() -> dict:
     files = [p for folder in ("harness", "tests", "fixtures", "reference", "student")
              for p in (PROJECT / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in [*files, PROJECT / "adapters.py"]}
-
-
-def _survivors() -> list[str]:
-    found = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            uid = os.stat(f"/proc/{p}").st_uid
-        except OSError:
-            continue
-        if f"sleep {MARKER}" in cmdline or BASE_UID <= uid < BASE_UID + 64:
-            found.append(f"{p}: uid {uid} {cmdline[:80]}")
-    return found
-
-
-def _hangs_and_exits(dst: Path) -> Path:
-    sub = reference_as_student(dst)
-    for target, before, after in (HANGS, EXITS):
-        edit(sub / "student" / target, before, after)
-    return sub
 
 
 @pytest.fixture(scope="module")
@@ -136,12 +42,12 @@ def graded(tmp_path_factory):
     constants = {"PROJECT": str(PROJECT), "OUT": str(out), "PORT": listener.getsockname()[1]}
 
     reference_as_student(subs / "reference")
-    _stubs(subs / "stubs")
+    copy_stubs(subs / "stubs")
     for name, (target, old, new) in EDITED.items():
         edit(reference_as_student(subs / name) / "student" / target, old, new)
     edit(subs / "no_scale" / "student" / MASK_ON_CPU[0], *MASK_ON_CPU[1:])
     for name, (start, attack) in ATTACKS.items():
-        _attack(subs / name, start, attack, constants)
+        with_attack(subs / name, start, attack, constants)
     # a zip that carries its own edited tests and fixtures, and writes into any fixtures it
     # can reach at run time
     zipped = reference_as_student(tmp_path_factory.mktemp("zipsrc") / "zipped")
@@ -152,7 +58,7 @@ def graded(tmp_path_factory):
     shutil.make_archive(str(subs / "zipped"), "zip", zipped.parent, "zipped")
     reference_as_student(subs / "no_adapters")
     (subs / "no_adapters" / "adapters.py").unlink()
-    _bad_archives(subs)
+    bad_archives(subs)
 
     # The attack on others goes first and honest work last, so that it is graded after the harm;
     # the stall (which only waits) starts early, beside the rest.
@@ -171,22 +77,7 @@ def graded(tmp_path_factory):
     except OSError:
         pass
     return {"results": {r.name: r for r in results}, "out": out, "before": before, "after": _project_digest(),
-            "survivors": _survivors(), "connections": connections, "subs": subs}
-
-
-@pytest.fixture(scope="module")
-def loaded(tmp_path_factory):
-    """The reference, except that accounting hangs once and crashes once, graded while two
-    busy loops keep both cores busy, with a per-call limit of 1 s of CPU time."""
-    sub = _hangs_and_exits(tmp_path_factory.mktemp("loaded") / "hangs_and_exits")
-    load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    try:
-        [result] = grade_all(PROJECT, [sub], TERM, tmp_path_factory.mktemp("graded"), timeout=300, case_timeout=1)
-    finally:
-        for p in load:
-            p.kill()
-            p.wait()
-    return result
+            "survivors": survivors(), "connections": connections, "subs": subs}
 
 
 def _results_json(graded, name) -> dict:
@@ -197,15 +88,6 @@ def per_function(graded, name) -> dict[str, float]:
     with (graded["out"] / "grades.csv").open() as f:
         row = next(r for r in csv.DictReader(f) if r["submission"] == name)
     return {fn: float(row[fn]) for fn in ADAPTERS}
-
-
-def _scores(result) -> dict[str, float]:
-    """Points per contract function."""
-    scores = dict.fromkeys(ADAPTERS, 0.0)
-    earned = result.scores()
-    for t in result.tests:
-        scores[t.adapter] += earned[t.id][0]
-    return scores
 
 
 # ---------------------------------------------------------------- honest work
@@ -244,22 +126,6 @@ def test_known_mistakes_get_partial_credit_on_the_right_functions(graded, name, 
             assert points < ADAPTERS[fn].points, f"{fn} should lose points"
         elif fn not in ("get_transformer_lm",):  # the module test reuses the LM fixture
             assert points == pytest.approx(ADAPTERS[fn].points), f"{fn} lost points it should keep"
-
-
-def test_load_costs_honest_code_nothing(loaded):
-    """Per-call limits count CPU time: with both cores busy, every function but the one that
-    hangs and crashes keeps full marks."""
-    scores = _scores(loaded)
-    assert loaded.status == "ok"
-    assert all(scores[fn] == pytest.approx(a.points) for fn, a in ADAPTERS.items()
-               if fn not in ("run_transformer_accounting", "get_transformer_lm"))  # the LM's count test uses accounting
-
-
-@pytest.mark.parametrize("said", ["did not finish within 1 s of CPU time", "the worker process died during this call"])
-def test_a_hang_or_a_crash_costs_only_the_tests_it_touches(loaded, said):
-    """Under load too; the next test runs in a fresh worker."""
-    assert _scores(loaded)["run_transformer_accounting"] < ADAPTERS["run_transformer_accounting"].points
-    assert any(said in t.message for t in loaded.tests)
 
 
 def test_probes_run_in_the_worker_and_still_catch_a_cpu_mask(graded):
@@ -325,7 +191,7 @@ def test_hidden_failures_say_only_what_kind_of_failure(graded):
 def test_the_same_attacks_do_work_without_the_sandbox(tmp_path, attack, forget_other_repositories):
     """Proof that the attacks are real: run in-process, as a local student run does, they pass."""
     from conftest import run_suite
-    sub = _attack(tmp_path / attack, *ATTACKS[attack], {"PROJECT": str(PROJECT)})
+    sub = with_attack(tmp_path / attack, *ATTACKS[attack], {"PROJECT": str(PROJECT)})
     run = run_suite("--adapters", str(sub / "adapters.py"), "-k", "test_fixture and seed-exercise and output")
     assert run.outcomes and all(o == "passed" for o in run.outcomes.values()), run.messages
 
@@ -390,41 +256,3 @@ def test_hidden_tests_publish_later_and_leak_nothing(graded):
     assert hidden and all(t["visibility"] == "after_published" for t in hidden)
     for t in hidden:
         assert "inputs:" not in t["output"] and "first mismatches" not in t["output"]
-
-
-def test_without_bubblewrap_the_worker_still_runs_apart_and_limited(tmp_path):
-    """Where namespaces are forbidden: a plain subprocess (as root, under its own uid) still grades."""
-    exits = reference_as_student(tmp_path / "subs" / "exits")
-    edit(exits / "student" / EXITS[0], *EXITS[1:])
-    plain = Protections.detect(bubblewrap=False)
-    [result] = grade_all(PROJECT, [exits], TERM, tmp_path / "out", jobs=1, case_timeout=5, protections=plain)
-    scores = _scores(result)
-    assert result.status == "ok" and 0 < result.score < FULL and not _survivors()
-    assert all(scores[fn] == pytest.approx(a.points) for fn, a in ADAPTERS.items()
-               if fn not in ("run_transformer_accounting", "get_transformer_lm"))
-    assert "filesystem allow-list" in plain.describe().split("OFF:")[1]
-    if os.geteuid() == 0 and not plain.uid_drop:  # e.g. Python under /root, unreachable for another uid
-        assert "uid drop" in plain.describe().split("OFF:")[1]
-
-
-def test_a_sandbox_that_cannot_run_python_stops_grading_before_it_starts(tmp_path):
-    from harness.cli import BadSetup
-    broken = Protections(bwrap="/bin/false", uid_drop=False)
-    with pytest.raises(BadSetup, match="cannot start a worker"):
-        grade_all(PROJECT, [], TERM, tmp_path / "out", protections=broken)
-
-
-def test_gradescope_run_autograder_writes_results(tmp_path):
-    """The template, run against a fake /autograder tree with the reference as the submission."""
-    root = tmp_path / "autograder"
-    root.mkdir()
-    shutil.copytree(PROJECT, root / "source", ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__"))
-    reference_as_student(root / "submission")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "HARNESS"))}
-    result = subprocess.run(["bash", str(PROJECT / "gradescope" / "run_autograder")],
-                            env={**env, "AUTOGRADER": str(root)}, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    data = json.loads((root / "results" / "results.json").read_text())
-    assert data["score"] == pytest.approx(FULL)
-    if os.geteuid() == 0:  # the worker's uid cannot read the answers
-        assert stat.S_IMODE((root / "source" / "fixtures").stat().st_mode) & 0o077 == 0

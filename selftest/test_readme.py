@@ -15,7 +15,7 @@ COMMANDS = [line.split("#")[0].strip() for block in BLOCKS for line in block.spl
 
 def test_readme_gives_the_ci_test_command():
     ci = (PROJECT / ".ci" / "run").read_text()
-    assert "pytest selftest" in COMMANDS and "pytest selftest" in ci
+    assert "pytest selftest -n auto" in COMMANDS and "pytest selftest -n auto" in ci
     assert "pip install -e ." in COMMANDS
 
 

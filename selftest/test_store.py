@@ -85,7 +85,7 @@ def test_term_use_pins_a_term_and_says_what_next(copy_project, capsys):
     shutil.copytree(copy_project / "fixtures" / TERM, copy_project / "fixtures" / "other")
     assert term_use(copy_project, Namespace(name="other")) == 0
     assert pinned_term(copy_project) == "other"
-    assert "pytest selftest" in capsys.readouterr().out
+    assert "pytest selftest -n auto" in capsys.readouterr().out
     with pytest.raises(FixtureError, match="unknown fixture term 'nope'"):
         term_use(copy_project, Namespace(name="nope"))
     assert pinned_term(copy_project) == "other"

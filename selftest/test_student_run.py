@@ -6,7 +6,6 @@ import io
 import re
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
 

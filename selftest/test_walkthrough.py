@@ -55,7 +55,7 @@ def test_walkthrough_has_its_steps():
                                       "reference/variants.py"]
     assert any(c.startswith("python -m harness contract") for c in COMMANDS)
     assert any(c.startswith("python -m harness term new") for c in COMMANDS)
-    assert "pytest selftest" in COMMANDS
+    assert "pytest selftest -n auto" in COMMANDS
 
 
 # The three checks of the new function, in one interpreter of the copy (each start costs
