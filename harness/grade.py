@@ -106,7 +106,6 @@ class Grader:
         self.protections = protections or Protections.detect()
         self.settings = {"timeout": timeout, "case_timeout": case_timeout, "memory_mb": memory_mb,
                          "protections": asdict(self.protections)}
-        self._check = self._start_sandbox_check(memory_mb)
         if require_confinement and not (self.protections.confined and
                                         (self.protections.uid_drop or os.geteuid() != 0)):
             raise BadSetup(f"--require-confinement: {self.protections.describe()}")
@@ -116,6 +115,7 @@ class Grader:
                          if p.is_file() and "__pycache__" not in p.parts}
         self.work = Path(tempfile.mkdtemp(prefix="grading-"))
         os.chmod(self.work, 0o755)
+        self._check = self._start_sandbox_check(memory_mb)  # last: nothing after it can fail and leave it running
 
     def _start_sandbox_check(self, memory_mb: int) -> tuple[Sandbox, Path]:
         """Start one sandbox now: it imports torch while the drivers start. `ready()` asks it

@@ -7,6 +7,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -84,3 +85,13 @@ def test_gradescope_run_autograder_writes_results(tmp_path):
     assert data["score"] == pytest.approx(FULL)
     if os.geteuid() == 0:  # the worker's uid cannot read the answers
         assert stat.S_IMODE((root / "source" / "fixtures").stat().st_mode) & 0o077 == 0
+
+
+def test_require_confinement_refuses_to_grade_without_the_sandbox(tmp_path):
+    """Before anything starts: no sandbox check left running, no submission graded."""
+    from harness.cli import BadSetup
+    before = set(os.listdir(tempfile.gettempdir()))
+    with pytest.raises(BadSetup, match="--require-confinement: .*OFF: filesystem allow-list"):
+        grade_all(PROJECT, [], TERM, tmp_path / "out", protections=Protections(bwrap=None, uid_drop=False),
+                  require_confinement=True)
+    assert not [n for n in set(os.listdir(tempfile.gettempdir())) - before if n.startswith("sandbox")]
