@@ -68,7 +68,10 @@ def spying():
 
     A variant changes a call only through a patched piece, so where the reference call
     used none of a variant's pieces, that variant's call runs the same code and returns the
-    same thing: the term build and the coverage table skip it there."""
+    same thing: the term build and the coverage table skip it there. A function is used
+    when it is called, a class when it is instantiated: a variant that changes a class
+    attribute read without building the class would be missed (the selftest compares a
+    full build, and whole-suite runs of some variants, with the skipping ones)."""
     used: set[str] = set()
     pieces = {t: None for v in VARIANTS.values() for t in v.patches}
     for target in pieces:
