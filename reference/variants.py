@@ -120,13 +120,14 @@ def _set(base: type, **knobs) -> type:
 # ================================================================ Unit 2.1
 
 def _sinusoidal(d, positions, *, layout="interleaved", exponent="pair", swap=False):
-    """Sinusoidal encodings with one knob per known way of getting them wrong."""
+    """Sinusoidal encodings with one knob per known way of getting them wrong (and only
+    that: on the positions' device, so no variant also fails the meta-device probe)."""
     p = positions.to(torch.float64)[..., None]
     if layout == "concatenated":  # tensor2tensor / fairseq
         half = d // 2
-        inv = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float64) / (half - 1))
+        inv = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float64, device=p.device) / (half - 1))
         return torch.cat([(p * inv).sin(), (p * inv).cos()], dim=-1).float()
-    j = torch.arange(d, dtype=torch.float64)
+    j = torch.arange(d, dtype=torch.float64, device=p.device)
     power = j if exponent == "raw" else (j - j % 2) / 2 if exponent == "pair_index" else j - j % 2
     angles = p / torch.pow(10000.0, power / d)
     even, odd = (angles.cos(), angles.sin()) if swap else (angles.sin(), angles.cos())
@@ -192,7 +193,7 @@ register("positions_indexed_by_ids", "position vectors indexed by token ids",
          embeddings__embed_with_positions=_embed_at(lambda ids, seq: ids))
 register("one_based_positions", "positions start at 1",
          hint="positions that start at 1; they start at 0", mistake=7,
-         embeddings__embed_with_positions=_embed_at(lambda ids, seq: torch.arange(1, seq + 1)))
+         embeddings__embed_with_positions=_embed_at(lambda ids, seq: torch.arange(1, seq + 1, device=ids.device)))
 register("concatenated_sin_cos", "sinusoidal [sin | cos] layout (tensor2tensor/fairseq)",
          hint=("the [sin | cos] concatenated layout (tensor2tensor/fairseq); this assignment interleaves sin on even"
                " and cos on odd dimensions"),
