@@ -88,7 +88,7 @@ def _row(project: Path, name: str, extra: tuple, tests: list[str] | None) -> Row
     naming = [n for n, m in run.messages.items() if (v.hint and v.hint in m) or (v.named_by and v.named_by in m)]
     named_in = sorted({run.adapters.get(n) for n in naming} - {None})
     number = dict((v.name, n) for n, v in numbered(VARIANTS)).get(name)
-    return Row(v.name, number, v.correct, caught, bool(naming), _diagnosis_line(run), named_in)
+    return Row(v.name, number, v.correct, caught, bool(naming), _diagnosis_line(run, (v.hint, v.named_by)), named_in)
 
 
 def numbered(variants: dict) -> list[tuple[int, object]]:
@@ -125,18 +125,32 @@ def render_mistakes(variants: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _diagnosis_line(run) -> str:
-    """The report's diagnosis if it gave one, else the last line of the first report."""
-    for message in run.messages.values():
-        for line in message.splitlines():
-            if line.startswith("Likely cause:"):
-                return line.removeprefix("Likely cause: ")
-    first = next(iter(run.messages.values()), "")
-    return first.splitlines()[-1] if first else ""
+def _diagnosis_line(run, phrases: tuple[str, str]) -> str:
+    """The report line that names the mistake (its hint or named_by phrase), else the report's
+    diagnosis, else the last line of the first report."""
+    lines = [line.removeprefix("E ").strip() for message in run.messages.values() for line in message.splitlines()]
+    lines = [line for line in lines if line and not line.startswith(("raise ", ">", "def ", "return "))]  # not source
+    for line in lines:
+        if any(phrase and phrase in line for phrase in phrases):
+            return line.removeprefix("Likely cause: ")
+    for line in lines:
+        if line.startswith("Likely cause:"):
+            return line.removeprefix("Likely cause: ")
+    first = next(iter(run.messages.values()), "").strip()
+    return first.splitlines()[-1].strip() if first else ""
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width].rsplit(" ", 1)[0] + " ..."
 
 
 def render(rows: list[Row]) -> str:
-    lines = [f"{'#':>3}  {'variant':<32} {'caught':>6}  {'named':<5}  first tests that failed / diagnosis"]
+    """The table: known mistakes by number, then correct alternatives."""
+    lines = ["caught: how many tests fail. named: whether a failure report says what the mistake is.",
+             "Then the first two failing tests, and (->) the report line that names it, or else its",
+             "diagnosis or last line. Correct alternatives must pass every test.", "",
+             f"{'#':>3}  {'variant':<32} {'caught':>6}  {'named':<5}  first tests that failed / diagnosis"]
+    rows = sorted(rows, key=lambda r: (r.correct, r.mistake or 0))
     for r in rows:
         if r.correct:
             verdict = "passes" if not r.caught_by else f"FAILS {len(r.caught_by)}"
@@ -146,7 +160,7 @@ def render(rows: list[Row]) -> str:
         lines.append(f"{number:>3}  {r.variant:<32} {len(r.caught_by):>6}  {'yes' if r.named else 'no':<5}  "
                      f"{', '.join(r.caught_by[:2])}")
         if r.diagnosis:
-            lines.append(f"{'':>3}  {'':<32} {'':>6}  {'':<5}  -> {r.diagnosis[:110]}")
+            lines.append(f"{'':>3}  {'':<32} {'':>6}  {'':<5}  -> {_clip(r.diagnosis, 110)}")
     mistakes = [r for r in rows if not r.correct]
     caught = sum(bool(r.caught_by) for r in mistakes)
     named = sum(r.named for r in mistakes)
