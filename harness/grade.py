@@ -453,5 +453,5 @@ def _write_csv(path: Path, graded: list[Graded]) -> None:
             for t in g.tests:
                 if t.adapter in per:
                     per[t.adapter] += scores[t.id][0]
-            writer.writerow([g.name, f"{g.score:.2f}", total, g.status, f"{g.seconds:.1f}",
+            writer.writerow([g.name, f"{g.score:.2f}", f"{total:.2f}", g.status, f"{g.seconds:.1f}",
                              ";".join(g.tampered), *[f"{per[fn]:.2f}" for fn in functions]])
