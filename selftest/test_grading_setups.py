@@ -87,11 +87,14 @@ def test_gradescope_run_autograder_writes_results(tmp_path):
         assert stat.S_IMODE((root / "source" / "fixtures").stat().st_mode) & 0o077 == 0
 
 
-def test_require_confinement_refuses_to_grade_without_the_sandbox(tmp_path):
-    """Before anything starts: no sandbox check left running, no submission graded."""
+def test_require_confinement_refuses_to_grade_without_the_sandbox(tmp_path, monkeypatch):
+    """Before anything starts: no sandbox check left running, no submission graded. The
+    grader's temporary folders go to a folder of this test's own (under -n, other workers
+    make sandboxes in the shared one meanwhile)."""
     from harness.cli import BadSetup
-    before = set(os.listdir(tempfile.gettempdir()))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
     with pytest.raises(BadSetup, match="--require-confinement: .*OFF: filesystem allow-list"):
         grade_all(PROJECT, [], TERM, tmp_path / "out", protections=Protections(bwrap=None, uid_drop=False),
                   require_confinement=True)
-    assert not [n for n in set(os.listdir(tempfile.gettempdir())) - before if n.startswith("sandbox")]
+    assert not list((tmp_path / "tmp").iterdir())
