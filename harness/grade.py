@@ -11,6 +11,7 @@ submission gets a status and a results.json, and the rest of the batch is graded
 """
 
 import csv
+import fcntl
 import json
 import os
 import queue
@@ -39,6 +40,7 @@ MAX_ENTRIES = 2000          # files in one submission
 MAX_FILE = 16 << 20         # bytes in one file
 MAX_TOTAL = 64 << 20        # bytes in one submission, unpacked
 UNITS = 10_000              # points are split in 1/10,000ths, so per-test shares add up exactly
+UIDS_LOCK = Path("/tmp/harness-grade-uids.lock")  # one grader per machine at a time uses the worker uids
 STATUS_NOTES = {
     "ok": "",
     "timeout": "The submission ran out of time; unfinished tests score 0.\n",
@@ -109,6 +111,7 @@ class Grader:
         if require_confinement and not (self.protections.confined and
                                         (self.protections.uid_drop or os.geteuid() != 0)):
             raise BadSetup(f"--require-confinement: {self.protections.describe()}")
+        self._uids = _claim_worker_uids() if self.protections.uid_drop else None
         folder = project / "fixtures" / term
         self.official = {p.relative_to(project): p.read_bytes()
                          for p in [*folder.rglob("*"), *(project / "tests").rglob("*.py"), project / "pyproject.toml"]
@@ -116,6 +119,13 @@ class Grader:
         self.work = Path(tempfile.mkdtemp(prefix="grading-"))
         os.chmod(self.work, 0o755)
         self._check = self._start_sandbox_check(memory_mb)  # last: nothing after it can fail and leave it running
+
+    def close(self) -> None:
+        if self._check is not None:  # grading stopped before ready()
+            self._end_check()
+        shutil.rmtree(self.work, ignore_errors=True)
+        if self._uids is not None:
+            self._uids.close()  # releases the lock
 
     def _start_sandbox_check(self, memory_mb: int) -> tuple[Sandbox, Path]:
         """Start one sandbox now: it imports torch while the drivers start. `ready()` asks it
@@ -133,7 +143,7 @@ class Grader:
     def ready(self) -> None:
         """Before grading anything, one worker must start: a sandbox that cannot run Python
         would otherwise give every submission 0 with status ok."""
-        sandbox, empty = self._check
+        sandbox, _ = self._check
         try:
             worker = sandbox.fork("public")
             wire.send(worker, {"op": "hello"})
@@ -143,8 +153,13 @@ class Grader:
         except (OSError, wire.WireError) as e:
             raise BadSetup(f"the sandbox cannot start a worker: {e}") from None
         finally:
-            sandbox.close()
-            shutil.rmtree(empty, ignore_errors=True)
+            self._end_check()
+
+    def _end_check(self) -> None:
+        sandbox, empty = self._check
+        self._check = None
+        sandbox.close()
+        shutil.rmtree(empty, ignore_errors=True)
 
     def prepare(self, submission: Path) -> tuple[Graded, Path | None]:
         """Vet and copy one submission; the copy holds only adapters.py and student/."""
@@ -231,6 +246,20 @@ class Driver:
         if self.process is not None:
             self.process.stdin.close()
             self.process.wait()
+
+
+def _claim_worker_uids():
+    """The worker uids (BASE_UID + slot) for this grader alone: a second `harness grade` on the
+    machine would use the same ones, and each sandbox's teardown kills every process of its
+    uid. Held (an flock) until the returned file is closed."""
+    lock = open(UIDS_LOCK, "a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise BadSetup("another `harness grade` is running on this machine; both would use the worker "
+                       f"uids {BASE_UID}+ and kill each other's sandboxes: wait for it to finish") from None
+    return lock
 
 
 def submission_name(submission: Path) -> str:
@@ -373,12 +402,21 @@ def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs
               timeout: float = 600.0, case_timeout: float = 30.0, memory_mb: int = 4096,
               progress=None, require_confinement: bool = False, announce=None,
               protections: Protections | None = None) -> list[Graded]:
-    grader = Grader(project, term, timeout, case_timeout, memory_mb, require_confinement, protections)
-    if announce:
-        announce(grader.protections.describe())
     names = [submission_name(s) for s in submissions]
     if len(set(names)) != len(names):
         raise ValueError("two submissions share a name; their results would overwrite each other")
+    grader = Grader(project, term, timeout, case_timeout, memory_mb, require_confinement, protections)
+    try:
+        return _grade_with(grader, submissions, names, out, jobs, progress, announce)
+    finally:
+        grader.close()
+
+
+def _grade_with(grader: Grader, submissions: list[Path], names: list[str], out: Path, jobs: int, progress,
+                announce) -> list[Graded]:
+    term = grader.term_name
+    if announce:
+        announce(grader.protections.describe())
     out.mkdir(parents=True, exist_ok=True)
     todo: queue.Queue = queue.Queue()
     for submission in submissions:
@@ -428,7 +466,6 @@ def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs
         t.start()
     for t in threads:
         t.join()
-    shutil.rmtree(grader.work, ignore_errors=True)
     ordered = [graded[name] for name in names]
     _write_csv(out / "grades.csv", ordered)  # every driver is done: no submission process is left
     return ordered

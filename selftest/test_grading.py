@@ -348,3 +348,16 @@ def test_require_confinement_refuses_to_grade_without_the_sandbox(tmp_path, monk
         grade_all(PROJECT, [], TERM, tmp_path / "out", protections=Protections(bwrap=None, uid_drop=False),
                   require_confinement=True)
     assert not list((tmp_path / "tmp").iterdir())
+
+
+@pytest.mark.skipif(not Protections.detect().uid_drop, reason="worker uids are used only as root")
+def test_a_second_grader_on_the_machine_is_refused_while_the_first_runs(tmp_path):
+    """Both would use the worker uids 61000+, and each sandbox's teardown kills every process
+    of its uid."""
+    import fcntl
+    from harness.cli import BadSetup
+    from harness.grade import UIDS_LOCK
+    with open(UIDS_LOCK, "a") as first:
+        fcntl.flock(first, fcntl.LOCK_EX)
+        with pytest.raises(BadSetup, match="another `harness grade` is running on this machine"):
+            grade_all(PROJECT, [], TERM, tmp_path / "out")
