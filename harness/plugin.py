@@ -6,10 +6,12 @@ Registered as a `pytest11` entry point, so it is active for `pytest` from any fo
 import copy
 import difflib
 import gc
+import inspect
 import os
 import re
 import signal
 import sys
+import time
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -42,6 +44,7 @@ ADAPTER = pytest.StashKey[str]()
 COURSE_INDEX = pytest.StashKey[int]()
 PROGRESS = pytest.StashKey[Progress]()
 STATE = pytest.StashKey[dict]()
+HANGS = pytest.StashKey[dict]()  # what timed out in this run: functions, and the code they were stuck in
 # Failures whose message is the whole report: no traceback needed.
 REPORTED = (Mismatch, ContractViolation, DeviceMismatch, AllocationTooLarge, AdaptersError, TimeoutError)
 HARNESS = Path(__file__).parent
@@ -75,6 +78,7 @@ def pytest_configure(config):
     except FixtureError as e:
         raise pytest.UsageError(str(e)) from None
     state = {"project": project, "term": term, "target": target, "pinned": pinned,
+             "explicit": bool(config.getoption("--adapters") or os.environ.get("HARNESS_ADAPTERS")),
              "functions": _functions(config), **_scope(config, project)}
     config.stash[STATE] = state
     progress = Progress(term, target, pinned, complete=state["filters"] is not None)
@@ -178,7 +182,7 @@ def _load_adapters(config):
         import torch.fx.experimental.symbolic_shapes  # noqa: F401
         remote = config.pluginmanager.get_plugin("harness-remote")  # grading: a confined worker
         try:
-            state["adapters"] = remote.adapters() if remote else Adapters(state["target"])
+            state["adapters"] = remote.adapters() if remote else Adapters(state["target"], explicit=state["explicit"])
         except Exception as e:  # noqa: BLE001  (any failure to load is the same story)
             state["adapters"] = e if isinstance(e, AdaptersError) else AdaptersError(
                 f"loading adapters {state['target']!r} raised {type(e).__name__}: {e}")
@@ -277,24 +281,72 @@ def _selected(item, state) -> bool:
     return any(node == f or node.startswith((f + "::", f + "[", f + "/")) for f in filters)
 
 
+class NotRunAfterTimeout(TimeoutError):
+    """A function that already timed out in this run is not run again: one timeout per function."""
+
+
+TICK = 0.2  # seconds between stack samples once some code is known to hang
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    """Fail a hanging test instead of hanging the run."""
+    """Fail a hanging test instead of hanging the run, say where the code was stuck, and
+    charge each hang once: the function's later tests are not run, and a later test of
+    another function that sits in the same stuck code for a tick fails at once."""
     seconds = item.config.getoption("--case-timeout")
     if not seconds or not hasattr(signal, "setitimer"):
         return (yield)
+    hangs = item.config.stash.setdefault(HANGS, {"functions": {}, "code": {}})
+    name = item.stash.get(ADAPTER, item.name)
+    if name in hangs["functions"]:
+        raise NotRunAfterTimeout(f"not run: {name} {hangs['functions'][name]}")
+    root = item.config.rootpath
+    start, seen = time.monotonic(), {}
 
     def timeout(signum, frame):
-        name = item.stash.get(ADAPTER, item.name)
-        raise TimeoutError(f"{name} did not finish within {seconds:g} s: look for an infinite loop, "
-                           "or work that grows far faster than the input.")
+        stuck = _student_frame(frame, root)
+        known = stuck is not None and hangs["code"].get(stuck.f_code)
+        if tick and time.monotonic() - start < seconds and not (known and seen.get("frame") is stuck):
+            seen["frame"] = stuck if known else None  # the same call still there next tick: stuck again
+            return
+        hangs["functions"][name] = f"{'hung' if known else 'timed out'} in test {item.name}"
+        where = ""
+        if stuck is not None:
+            info = inspect.getframeinfo(stuck, context=1)
+            line = (info.code_context or [""])[0].strip()
+            where = f" It was running {_where(stuck.f_code.co_filename, root)}:{stuck.f_lineno}" + \
+                    (f" (`{line}`)" if line else "") + " when stopped."
+        if known:
+            raise TimeoutError(f"{name} stopped: it is stuck in the code where {known}.{where} "
+                               f"Fix that first; its other tests are not run in this run.")
+        if stuck is not None:
+            hangs["code"][stuck.f_code] = f"{name} timed out (test {item.name})"
+        raise TimeoutError(f"{name} did not finish within {seconds:g} s.{where} Look for an infinite loop, "
+                           "or work that grows far faster than the input. Its other tests are not run in this "
+                           "run. (`pytest --case-timeout SECONDS` changes the limit.)")
     previous = signal.signal(signal.SIGALRM, timeout)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    tick = min(TICK, seconds) if hangs["code"] else 0
+    signal.setitimer(signal.ITIMER_REAL, tick or seconds, tick)
     try:
         return (yield)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def _student_frame(frame, root: Path):
+    """The innermost frame of the code under test (not the harness, tests or libraries)."""
+    tests = root / "tests"
+    while frame is not None and _is_ours(frame.f_code.co_filename, tests):
+        frame = frame.f_back
+    return frame
+
+
+def _where(path: str, root: Path) -> str:
+    try:
+        return Path(path).resolve().relative_to(root).as_posix()
+    except ValueError:
+        return _short(path)
 
 
 @pytest.hookimpl(tryfirst=True)
