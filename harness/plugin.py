@@ -379,7 +379,22 @@ def pytest_runtest_makereport_tag(item, call):
     if ADAPTER in item.stash:
         report.adapter = item.stash[ADAPTER]
         report.course_index = item.stash.get(COURSE_INDEX, 0)
+        report.sections = [(title, trimmed(text)) if title.startswith("Captured") else (title, text)
+                           for title, text in report.sections]
     return report
+
+
+HEAD, TAIL, WIDTH = 10, 5, 300  # captured output kept per failure: lines from each end, characters a line
+
+
+def trimmed(text: str) -> str:
+    """Captured output, its first and last lines: a function that prints in a loop would
+    otherwise bury the report under thousands of lines."""
+    lines = [line if len(line) <= WIDTH else line[:WIDTH] + f" ... ({len(line) - WIDTH:,} more characters)"
+             for line in text.splitlines()]
+    if len(lines) > HEAD + TAIL + 1:
+        lines[HEAD:-TAIL] = [f"... ({len(lines) - HEAD - TAIL:,} lines left out) ..."]
+    return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
 
 
 def _explain(item, name, excinfo) -> str | None:
