@@ -3,12 +3,32 @@
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 import harness
 from harness.store import FixtureError, Term, list_terms, pin_term, pinned_term
 
 STUDENT_COMMANDS = {"term list", "contract"}
+STUDENT_HELP = """\
+What a student runs (in the assignment's folder):
+  pytest                                 every function's tests, then the progress table and your total
+  pytest --function run_softmax          one function's tests (comma-separate for more)
+  pytest -x                              stop at the first failure
+  pytest --case-timeout 10               fail a hanging test after 10 s instead of 60
+  python -m harness term list            the fixture terms here, with their public and hidden case counts
+  python -m harness contract             write any missing adapters.py or student/ file; never overwrites
+                                         your code (--force replaces it, keeping a NAME.bak copy)
+  check("run_softmax")                   from a notebook or the REPL, after
+                                         `from harness.notebook import check` (README: "From a notebook")
+"""
+INSTRUCTOR_HELP = {
+    True: "Instructor commands (this is the course's master copy): term new, term verify, term use, term diff, "
+          "release, grade and mistakes; `python -m harness COMMAND --help` explains each, and the README's "
+          "\"Instructor and maintainer guide\" how they fit together.",
+    False: "Instructor commands (building fixture terms, grading submissions) are not in this copy: they "
+           "live in the course's master repository.",
+}
 
 
 class BadSetup(Exception):
@@ -29,7 +49,8 @@ def is_instructor_copy(root: Path) -> bool:
 
 
 def parser(instructor: bool) -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="harness", description=__doc__)
+    top = argparse.ArgumentParser(prog="python -m harness", formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  description=STUDENT_HELP, epilog=textwrap.fill(INSTRUCTOR_HELP[instructor], 100))
     sub = top.add_subparsers(dest="command", required=True)
 
     terms = sub.add_parser("term", help="fixture terms: " + ("build, verify, pin, compare and list" if instructor
