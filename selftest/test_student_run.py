@@ -160,13 +160,13 @@ def test_check_takes_a_function_from_a_cell_and_returns_results(monkeypatch):
     monkeypatch.setenv("PYTEST_ADDOPTS", "--hidden")  # must not reach the notebook's run
     from reference.adapters import run_embedding
     good = check("run_embedding", run_embedding, quiet=True)
-    assert good.passed and len(good.tests) >= 10 and not [t for t in good.tests if "hidden" in t.name]
+    assert good.ok and len(good.passed) == len(good.tests) and len(good.tests) >= 10 and not [t for t in good.tests if "hidden" in t.name]
     assert repr(good).startswith("<check run_embedding:") and "<table>" in good._repr_html_()
 
     def one_hot(vocab_size, d_model, weights, token_ids):
         return (token_ids[..., None] == __import__("torch").arange(vocab_size)).float() @ weights
     bad = check("run_embedding", one_hot, quiet=True)
-    assert not bad.passed and any("one-hot" in t.message for t in bad.failed), bad.report
+    assert not bad.ok and bad.passed and any("one-hot" in t.message for t in bad.failed), bad.report
 
 
 def test_check_tests_the_files_as_they_are_now(tmp_path, monkeypatch, forget_other_repositories):
@@ -178,11 +178,11 @@ def test_check_tests_the_files_as_they_are_now(tmp_path, monkeypatch, forget_oth
     monkeypatch.delenv("HARNESS_ADAPTERS", raising=False)
     monkeypatch.setattr(sys, "path", [str(repo), *sys.path])
     fresh = check("run_softmax", quiet=True)
-    assert fresh.passed, fresh.report
+    assert fresh.ok, fresh.report
     with (repo / "student" / "attention.py").open("a") as f:
         f.write("\n\ndef softmax(x, dim):\n    return x.exp() / x.exp().sum(dim, keepdim=True)\n")
     stale = check("run_softmax", quiet=True)
-    assert not stale.passed and "finite" in stale.report, stale.report
+    assert not stale.ok and "finite" in stale.report, stale.report
 
 
 def test_the_example_notebook_runs_against_the_reference(monkeypatch):
@@ -193,11 +193,19 @@ def test_the_example_notebook_runs_against_the_reference(monkeypatch):
     notebook = nbformat.read(PROJECT / "notebooks" / "check_unit_2_1.ipynb", as_version=4)
     nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
                             resources={"metadata": {"path": str(PROJECT / "notebooks")}}).execute()
-    text = "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
-                     for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs)
+    cells = [[o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) + str(o.get("data", {}).get("text/html", ""))
+              for o in cell.outputs] for cell in notebook.cells if cell.cell_type == "code"]
+    text = "\n".join("\n".join(cell) for cell in cells)
     assert "run_embedding                          passed            17/17" in text, text
     assert "run_sinusoidal_positions               passed" in text, text  # a cell that raised stops execute()
     assert "negative-id" in text, text  # the cell's function lacks the range check
+    for cell in cells:  # one rendering per cell: streamed lines, then the result's table once
+        assert "\n".join(cell).count("Progress: term") <= 1, cell
+    streamed = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs
+                if o.get("name") == "stdout" and " passed test_fixture[run_embedding/" in o.get("text", "")]
+    assert streamed, text
+    assert not [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs
+                if "Progress: term" in o.get("text", "")], "the text report was printed beside the HTML"
 
 
 def test_an_in_process_run_leaves_the_heap_unfrozen():
