@@ -37,7 +37,7 @@ from harness.diagnose import diagnose
 from harness.contract import ADAPTERS
 from harness.probes import AllocationTooLarge, DeviceMismatch
 from harness.progress import Progress
-from harness.runtime import Adapters, AdaptersError, ContractViolation
+from harness.runtime import Adapters, AdaptersError, ContractViolation, shown_path
 from harness.store import FixtureError, Term
 
 ADAPTER = pytest.StashKey[str]()
@@ -207,7 +207,7 @@ def pytest_sessionstart(session):
     if isinstance(error, Exception):
         target = config.stash[STATE]["target"]
         command = f"python {target}" if target.endswith(".py") else f"python -c 'import {target.split(':')[0]}'"
-        hint = f" ({command} shows the traceback)" if "raised" in str(error) else ""
+        hint = f" ({command} shows the traceback)" if str(error).startswith("importing") else ""
         raise pytest.UsageError(str(error).splitlines()[0] + hint)
 
 
@@ -314,7 +314,7 @@ def pytest_runtest_call(item):
         if stuck is not None:
             info = inspect.getframeinfo(stuck, context=1)
             line = (info.code_context or [""])[0].strip()
-            where = f" It was running {_where(stuck.f_code.co_filename, root)}:{stuck.f_lineno}" + \
+            where = f" It was running {shown_path(stuck.f_code.co_filename)}:{stuck.f_lineno}" + \
                     (f" (`{line}`)" if line else "") + " when stopped."
         if known:
             raise TimeoutError(f"{name} stopped: it is stuck in the code where {known}.{where} "
@@ -340,13 +340,6 @@ def _student_frame(frame, root: Path):
     while frame is not None and _is_ours(frame.f_code.co_filename, tests):
         frame = frame.f_back
     return frame
-
-
-def _where(path: str, root: Path) -> str:
-    try:
-        return Path(path).resolve().relative_to(root).as_posix()
-    except ValueError:
-        return _short(path)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -57,8 +57,8 @@ def load_module(target: str, explicit: bool = True):
                 " Run pytest inside the assignment's folder (the one with adapters.py)."
             raise AdaptersError(f"could not import adapters {target!r}: {e}.{hint}") from None
         missing = " (a typo, or a package to install?)" if isinstance(e, ModuleNotFoundError) else ""
-        raise AdaptersError(f"importing adapters {target!r} raised {type(e).__name__}"
-                            f"{' at ' + where if where else ''}: {e}{missing}") from None
+        raise AdaptersError(f"importing adapters {target!r} failed{' at ' + where if where else ''}: "
+                            f"{type(e).__name__}: {e}{missing}") from None
     return getattr(module, attribute) if attribute else module
 
 
@@ -73,10 +73,10 @@ def failing_line(error: BaseException) -> str:
         if not frames:
             return ""
         path, line, text = frames[-1].filename, frames[-1].lineno, frames[-1].line or ""
-    return f"{_shown(path)}:{line}" + (f" (`{text.strip()}`)" if text.strip() else "")
+    return f"{shown_path(path)}:{line}" + (f" (`{text.strip()}`)" if text.strip() else "")
 
 
-def _shown(path: str) -> str:
+def shown_path(path: str) -> str:
     """A path as the student knows it: from the working folder, or from student/."""
     full = Path(path).resolve()
     try:
