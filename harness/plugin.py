@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import sys
+import sysconfig
 import time
 import tomllib
 from collections import Counter
@@ -334,10 +335,14 @@ def pytest_runtest_call(item):
         signal.signal(signal.SIGALRM, previous)
 
 
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+
+
 def _student_frame(frame, root: Path):
-    """The innermost frame of the code under test (not the harness, tests or libraries)."""
+    """The innermost frame of the code under test (not the harness, tests, libraries or Python's own)."""
     tests = root / "tests"
-    while frame is not None and _is_ours(frame.f_code.co_filename, tests):
+    while frame is not None and (_is_ours(frame.f_code.co_filename, tests)
+                                 or STDLIB in Path(frame.f_code.co_filename).parents):
         frame = frame.f_back
     return frame
 
