@@ -57,9 +57,9 @@ def parser(instructor: bool) -> argparse.ArgumentParser:
                                                              else "list them"))
     term = terms.add_subparsers(dest="action", required=True)
     term.add_parser("list", help="list terms with their public and hidden case counts")
-    contract = sub.add_parser("contract", help="render adapters.py" + (", reference/adapters.py, MISTAKES.md"
-                                                                       if instructor else "")
-                              + " and any missing student/ stub from the contract")
+    contract = sub.add_parser("contract", help="render adapters.py, reference/adapters.py, MISTAKES.md and any "
+                                               "missing student/ stub from the contract" if instructor else
+                              "write adapters.py or a student/ stub where it is missing (never over your code)")
     contract.add_argument("--check", action="store_true",
                           help="write nothing; fail if a rendered file is out of date or missing")
     contract.add_argument("--force", action="store_true",
