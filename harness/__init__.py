@@ -8,6 +8,7 @@ store      reads a fixture term (safetensors + JSON), the pinned term
 paths      the leaf-path convention for tensor arguments ("arg", "arg/key")
 plugin     the pytest plugin: options, case parametrisation, readable failures
 progress   the progress table at the end of a run
+scoring    how a function's points split over its tests (the grader's rule, shared with the table)
 notebook   check one function from a notebook or REPL, in-process, with fresh imports
 checks     the output, gradient, must-raise and not-mutated checks of a fixture case
 compare    compares outputs and gradients and writes the failure report

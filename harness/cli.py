@@ -3,12 +3,32 @@
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 import harness
 from harness.store import FixtureError, Term, list_terms, pin_term, pinned_term
 
 STUDENT_COMMANDS = {"term list", "contract"}
+STUDENT_HELP = """\
+What a student runs (in the assignment's folder):
+  pytest                                 every function's tests, then the progress table and your total
+  pytest --function run_softmax          one function's tests (comma-separate for more)
+  pytest -x                              stop at the first failure
+  pytest --case-timeout 10               fail a hanging test after 10 s instead of 60
+  python -m harness term list            the fixture terms here, with their public and hidden case counts
+  python -m harness contract             write any missing adapters.py or student/ file; never overwrites
+                                         your code (--force replaces it, keeping a NAME.bak copy)
+  check("run_softmax")                   from a notebook or the REPL, after
+                                         `from harness.notebook import check` (README: "From a notebook")
+"""
+INSTRUCTOR_HELP = {
+    True: "Instructor commands (this is the course's master copy): term new, term verify, term use, term diff, "
+          "release, grade and mistakes; `python -m harness COMMAND --help` explains each, and the README's "
+          "\"Instructor and maintainer guide\" how they fit together.",
+    False: "Instructor commands (building fixture terms, grading submissions) are not in this copy: they "
+           "live in the course's master repository.",
+}
 
 
 class BadSetup(Exception):
@@ -29,23 +49,27 @@ def is_instructor_copy(root: Path) -> bool:
 
 
 def parser(instructor: bool) -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="harness", description=__doc__)
+    top = argparse.ArgumentParser(prog="python -m harness", formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  description=STUDENT_HELP, epilog=textwrap.fill(INSTRUCTOR_HELP[instructor], 100))
     sub = top.add_subparsers(dest="command", required=True)
 
     terms = sub.add_parser("term", help="fixture terms: " + ("build, verify, pin, compare and list" if instructor
                                                              else "list them"))
     term = terms.add_subparsers(dest="action", required=True)
     term.add_parser("list", help="list terms with their public and hidden case counts")
-    contract = sub.add_parser("contract", help="render adapters.py" + (", reference/adapters.py, MISTAKES.md"
-                                                                       if instructor else "")
-                              + " and any missing student/ stub from the contract")
+    contract = sub.add_parser("contract", help="render adapters.py, reference/adapters.py, MISTAKES.md and any "
+                                               "missing student/ stub from the contract" if instructor else
+                              "write adapters.py or a student/ stub where it is missing (never over your code)")
     contract.add_argument("--check", action="store_true",
                           help="write nothing; fail if a rendered file is out of date or missing")
+    contract.add_argument("--force", action="store_true",
+                          help="also replace files that hold your own code (student/, adapters.py) with the "
+                               "contract's stubs; each one is first copied to NAME.bak beside it")
     if not instructor:
         return top
     contract.add_argument("--stubs", action="store_true",
-                          help="also rewrite student/ stubs that differ from the contract (this repository's "
-                               "student/ holds the stubs a release ships, never a student's work)")
+                          help="also rewrite student/ files that hold only stubs but differ from the contract "
+                               "(files with code need --force)")
 
     new = term.add_parser("new", help="build fixtures/NAME from the reference and the case catalogue")
     new.add_argument("name")
@@ -199,39 +223,86 @@ def grade_cmd(root: Path, args) -> int:
 
 
 def contract_render(root: Path, args) -> int:
-    """Render what the contract generates. A student/ file is written only where none exists:
-    an existing one may hold a student's work, so a stale stub is reported, never overwritten."""
+    """Render what the contract generates, never losing a student's work: a missing file is
+    written; a differing file that holds only stubs is rewritten by `--stubs` (instructors);
+    any other differing student file (and, in a release, adapters.py) is left as it is
+    unless `--force`, which keeps a backup beside it first."""
     from harness.contract import ADAPTERS, render_adapters, render_stub
     instructor = is_instructor_copy(root)
-    rendered = {root / "adapters.py": render_adapters("student")}
+    force, stubs = getattr(args, "force", False), getattr(args, "stubs", False)
+    generated = {root / "adapters.py": render_adapters("student")} if instructor else {}
     if instructor:
         from harness.coverage import render_mistakes
         from reference.variants import VARIANTS
-        rendered[root / "reference" / "adapters.py"] = render_adapters("reference")
-        rendered[root / "MISTAKES.md"] = render_mistakes(VARIANTS)
+        generated[root / "reference" / "adapters.py"] = render_adapters("reference")
+        generated[root / "MISTAKES.md"] = render_mistakes(VARIANTS)
+    theirs = {} if instructor else {root / "adapters.py": render_adapters("student")}  # a student may edit the glue
+    theirs.update({root / "student" / f"{m}.py": render_stub(m) for m in sorted({a.impl_module for a in ADAPTERS.values()})})
     problems = []
-    for path, text in rendered.items():
+    for path, text in [*generated.items(), *theirs.items()]:
+        rel = path.relative_to(root)
         if path.exists() and path.read_text() == text:
             continue
-        problems.append(f"{'out of date' if args.check else 'rendered'}: {path.relative_to(root)}")
-        if not args.check:
+        if not path.exists() or path in generated:
+            problems.append(f"{'missing' if not path.exists() else 'out of date'}: {rel}" if args.check
+                            else f"rendered: {rel}")
+        elif force and not args.check:
+            problems.append(f"rendered: {rel} (your version is kept in {backup(path).relative_to(root)})")
+        elif stubs and not args.check and only_stubs(path.read_text()):
+            problems.append(f"rendered: {rel} (it held only stubs)")
+        elif only_stubs(path.read_text()) and instructor:
+            problems.append(f"stale stub: {rel} differs from the contract's stubs "
+                            "(`python -m harness contract --stubs` rewrites it)")
+        elif instructor:
+            problems.append(f"implemented: {rel} holds code, not the contract's stubs; a release renders stubs "
+                            "instead. Not overwritten (`--force` replaces it, keeping a backup).")
+        elif not args.check and path.name == "adapters.py":  # a student's copy: their work is fine
+            problems.append(f"kept: {rel} differs from the contract's (your edits?); `--force` re-renders it, "
+                            "keeping a backup")
+        else:
+            continue
+        if problems[-1].startswith("rendered: ") and not args.check:
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-    for module in sorted({a.impl_module for a in ADAPTERS.values()}):
-        path, text = root / "student" / f"{module}.py", render_stub(module)
-        if not path.exists():
-            problems.append(f"{'missing' if args.check else 'rendered'}: {path.relative_to(root)}")
-            if not args.check:
-                path.write_text(text)
-        elif instructor and path.read_text() != text:
-            if getattr(args, "stubs", False) and not args.check:
-                path.write_text(text)
-                problems.append(f"rendered: {path.relative_to(root)}")
-            else:
-                problems.append(f"stale stub: {path.relative_to(root)} differs from the contract's stubs "
-                                "(not overwritten; `python -m harness contract --stubs` rewrites it)")
     for line in problems:
         print(line)
-    return 1 if args.check and problems else 0
+    return 1 if args.check and any(not p.startswith(("rendered", "kept")) for p in problems) else 0
+
+
+def only_stubs(source: str) -> bool:
+    """The file holds stubs and nothing else: every function body only raises NotImplementedError
+    (after a docstring or `super().__init__()`), and no code runs at import beyond imports."""
+    import ast
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+
+    def inert(node) -> bool:  # a docstring, `pass` or `super().__init__()`
+        return isinstance(node, ast.Pass) or isinstance(node, ast.Expr) and (
+            isinstance(node.value, ast.Constant) or ast.unparse(node.value) == "super().__init__()")
+
+    def raises(node) -> bool:
+        return isinstance(node, ast.Raise) and node.exc is not None and "NotImplementedError" in ast.unparse(node.exc)
+
+    def stub(node) -> bool:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = [n for n in node.body if not inert(n)]
+            return len(body) == 1 and raises(body[0])
+        if isinstance(node, ast.ClassDef):
+            return all(stub(n) or inert(n) for n in node.body)
+        return inert(node) or isinstance(node, (ast.Import, ast.ImportFrom))
+    return all(stub(n) for n in tree.body)
+
+
+def backup(path: Path) -> Path:
+    """Copy `path` to the first free `NAME.bak`, `NAME.bak2`, ... beside it."""
+    for n in range(1, 1000):
+        copy = path.with_name(f"{path.name}.bak{n if n > 1 else ''}")
+        if not copy.exists():
+            copy.write_bytes(path.read_bytes())
+            return copy
+    raise FileExistsError(f"{path}: too many backups beside it; remove some")
 
 
 def mistakes_table(root: Path, args) -> int:

@@ -257,14 +257,17 @@ def run_embed_with_positions(
 @adapter("2.1", "embeddings", "return impl.embeddings.Embedding(vocab_size, d_model)",
          points=1, stub='''
     class Embedding(nn.Module):
+        """One parameter, `weight` [vocab_size, d_model]: the table."""
+
         def __init__(self, vocab_size: int, d_model: int):
 ''')
 def get_embedding(vocab_size: int, d_model: int) -> torch.nn.Module:
     """Build your token embedding module for a vocab_size x d_model table.
 
-    Its parameters are exactly the [vocab_size, d_model] table (V=1000, D=32 gives
-    exactly 32,000 parameters), and forward(token_ids [...]) returns [..., d_model]
-    by indexing that table, as run_embedding does.
+    Its one parameter is the [vocab_size, d_model] table, named `weight` (V=1000,
+    D=32 gives exactly 32,000 parameters): run_transformer_lm later loads
+    token_embeddings.weight into it by that name. forward(token_ids [...]) returns
+    [..., d_model] by indexing that table, as run_embedding does.
     """
 
 

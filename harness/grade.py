@@ -33,13 +33,13 @@ from xml.sax.saxutils import escape, quoteattr
 from harness.cli import BadSetup
 from harness.contract import ADAPTERS
 from harness import wire
+from harness.scoring import split
 from harness.sandbox import BASE_UID, Protections, Sandbox, kill_group, kill_uid
 from harness.store import Term
 
 MAX_ENTRIES = 2000          # files in one submission
 MAX_FILE = 16 << 20         # bytes in one file
 MAX_TOTAL = 64 << 20        # bytes in one submission, unpacked
-UNITS = 10_000              # points are split in 1/10,000ths, so per-test shares add up exactly
 UIDS_LOCK = Path("/tmp/harness-grade-uids.lock")  # one grader per machine at a time uses the worker uids
 STATUS_NOTES = {
     "ok": "",
@@ -63,10 +63,6 @@ class Test:
     outcome: str = "not run"
     message: str = ""
 
-    @property
-    def must_raise(self) -> bool:
-        return self.id.endswith(":raises]")
-
 
 @dataclass
 class Graded:
@@ -78,21 +74,14 @@ class Graded:
     seconds: float = 0.0
 
     def scores(self) -> dict[str, tuple[float, float]]:
-        """Per test id: (score, max_score). A function's points split over its tests, summing exactly.
-        Must-raise cases earn points only beside a passing output case of the same function:
-        code that raises on every input has not earned them."""
+        """Per test id: (score, max_score), by the rule in harness/scoring.py (the progress table's too)."""
         by_function: dict[str, list[Test]] = {}
         for t in self.tests:
             by_function.setdefault(t.adapter, []).append(t)
         out = {}
         for fn, tests in by_function.items():
-            total = ADAPTERS[fn].points * UNITS if fn in ADAPTERS else 0
-            base, extra = divmod(total, len(tests))
-            works = any(t.outcome == "passed" and t.id.endswith(":output]") for t in tests)
-            for i, t in enumerate(tests):
-                share = (base + (i < extra)) / UNITS
-                earned = t.outcome == "passed" and (works or not t.must_raise)
-                out[t.id] = (share if earned else 0.0, share)
+            points = ADAPTERS[fn].points if fn in ADAPTERS else 0
+            out.update(zip((t.id for t in tests), split(points, [(t.id, t.outcome) for t in tests])))
         return out
 
     @property

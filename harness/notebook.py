@@ -5,8 +5,9 @@
     check("run_embedding", my_embedding)    # a function written in a cell
     check("run_embedding", my_module)       # a module object that defines run_embedding
 
-The same cases, probes and properties run as for `pytest --function NAME`, and the
-same report is printed. Hidden cases are never run here.
+The same cases, probes and properties run as for `pytest --function NAME`. The report
+streams as tests finish; the result renders once: as an HTML table in a notebook, as
+text in a REPL or script. Hidden cases are never run here.
 """
 
 import contextlib
@@ -33,40 +34,75 @@ class TestResult:
 
 @dataclass
 class CheckResult:
+    """`passed` and `failed`: lists of TestResult; `ok`: every test ran and passed."""
     function: str
     tests: list[TestResult] = field(default_factory=list)
     report: str = ""  # what pytest printed
 
     @property
-    def passed(self) -> bool:
-        return bool(self.tests) and all(t.outcome == "passed" for t in self.tests)
+    def passed(self) -> list[TestResult]:
+        return [t for t in self.tests if t.outcome == "passed"]
 
     @property
     def failed(self) -> list[TestResult]:
         return [t for t in self.tests if t.outcome != "passed"]
 
+    @property
+    def ok(self) -> bool:
+        return bool(self.tests) and not self.failed
+
+    @property
+    def table(self) -> str:
+        """The progress table pytest printed at the end."""
+        start = self.report.find("Progress: term")
+        return "" if start < 0 else "\n".join(self.report[start:].splitlines()[:-1]).rstrip()
+
     def __repr__(self) -> str:
-        ok = len(self.tests) - len(self.failed)
-        return f"<check {self.function}: {ok}/{len(self.tests)} tests passed>"
+        return f"<check {self.function}: {len(self.passed)}/{len(self.tests)} tests passed>"
 
     def _repr_html_(self) -> str:
         rows = "".join(
             f"<tr><td>{html.escape(t.name)}</td><td style='color:{'green' if t.outcome == 'passed' else 'red'}'>"
             f"{t.outcome}</td><td><pre style='margin:0'>{html.escape(t.message)}</pre></td></tr>"
-            for t in self.tests)
-        return (f"<p><b>{html.escape(self.function)}</b>: {len(self.tests) - len(self.failed)}/{len(self.tests)} "
-                f"tests passed</p><table><tr><th>test</th><th>result</th><th>message</th></tr>{rows}</table>")
+            for t in self.failed + self.passed)
+        return (f"<p><b>{html.escape(self.function)}</b>: {len(self.passed)}/{len(self.tests)} tests passed</p>"
+                f"<pre>{html.escape(self.table)}</pre>"
+                f"<table><tr><th>test</th><th>result</th><th>message</th></tr>{rows}</table>")
 
 
 class _Collector:
-    def __init__(self, result: CheckResult):
+    def __init__(self, result: CheckResult, stream=None):
         self.result = result
+        self.stream = stream  # where each finished test is announced as it finishes
 
     def pytest_runtest_logreport(self, report):
         if report.when == "call" or report.failed:
             name = report.nodeid.split("::", 1)[-1]
             message = str(report.longrepr) if report.failed else ""
             self.result.tests.append(TestResult(name, "failed" if report.failed else "passed", message))
+            if self.stream is not None:
+                first = f": {message.splitlines()[0][:150]}" if message else ""
+                self.stream.write(f"{len(self.result.tests):>3} {self.result.tests[-1].outcome:<6} {name}{first}\n")
+                self.stream.flush()
+
+
+class _Tee(io.StringIO):
+    """Keeps what pytest prints, and shows it as it comes."""
+
+    def __init__(self, stream):
+        super().__init__()
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(text)
+        self.stream.flush()
+        return super().write(text)
+
+
+def in_notebook() -> bool:
+    """A Jupyter kernel (it shows HTML), not a terminal REPL."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    return shell is not None and ("ipykernel" in type(shell).__module__ or type(shell).__name__ == "ZMQInteractiveShell")
 
 
 def project_root() -> Path:
@@ -104,7 +140,9 @@ def _stand_in(function: str, impl, target: str):
 
 
 def check(function: str, impl=None, *, quiet: bool = False) -> CheckResult:
-    """Run every public test of one contract function; print the report; return the results."""
+    """Run every public test of one contract function and return the results. Unless `quiet`,
+    the report streams as tests finish: in a notebook one line per test (the returned result
+    then renders as a table), elsewhere pytest's own report."""
     if function not in ADAPTERS:
         close = difflib.get_close_matches(function, ADAPTERS, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -122,16 +160,16 @@ def check(function: str, impl=None, *, quiet: bool = False) -> CheckResult:
     result = CheckResult(function)
     args = [str(root / "tests"), "--rootdir", str(root), "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
             "--capture=sys", "--color=no", "--adapters", target, "--function", function]
-    buffer = io.StringIO()
+    notebook = not quiet and in_notebook()
+    buffer = io.StringIO() if quiet or notebook else _Tee(sys.stdout)
+    collector = _Collector(result, sys.stdout if notebook else None)
     saved = os.environ.pop("PYTEST_ADDOPTS", None)  # nothing from outside may add --hidden
     try:
         with contextlib.redirect_stdout(buffer):
-            pytest.main(args, plugins=[_Collector(result)])
+            pytest.main(args, plugins=[collector])
     finally:
         if saved is not None:
             os.environ["PYTEST_ADDOPTS"] = saved
         sys.modules.pop(STAND_IN, None)
     result.report = buffer.getvalue()
-    if not quiet:
-        print(result.report.rstrip())
     return result

@@ -6,10 +6,13 @@ Registered as a `pytest11` entry point, so it is active for `pytest` from any fo
 import copy
 import difflib
 import gc
+import inspect
 import os
 import re
 import signal
 import sys
+import sysconfig
+import time
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -35,13 +38,14 @@ from harness.diagnose import diagnose
 from harness.contract import ADAPTERS
 from harness.probes import AllocationTooLarge, DeviceMismatch
 from harness.progress import Progress
-from harness.runtime import Adapters, AdaptersError, ContractViolation
+from harness.runtime import Adapters, AdaptersError, ContractViolation, shown_path
 from harness.store import FixtureError, Term
 
 ADAPTER = pytest.StashKey[str]()
 COURSE_INDEX = pytest.StashKey[int]()
 PROGRESS = pytest.StashKey[Progress]()
 STATE = pytest.StashKey[dict]()
+HANGS = pytest.StashKey[dict]()  # what timed out in this run: functions, and the code they were stuck in
 # Failures whose message is the whole report: no traceback needed.
 REPORTED = (Mismatch, ContractViolation, DeviceMismatch, AllocationTooLarge, AdaptersError, TimeoutError)
 HARNESS = Path(__file__).parent
@@ -75,6 +79,7 @@ def pytest_configure(config):
     except FixtureError as e:
         raise pytest.UsageError(str(e)) from None
     state = {"project": project, "term": term, "target": target, "pinned": pinned,
+             "explicit": bool(config.getoption("--adapters") or os.environ.get("HARNESS_ADAPTERS")),
              "functions": _functions(config), **_scope(config, project)}
     config.stash[STATE] = state
     progress = Progress(term, target, pinned, complete=state["filters"] is not None)
@@ -178,7 +183,7 @@ def _load_adapters(config):
         import torch.fx.experimental.symbolic_shapes  # noqa: F401
         remote = config.pluginmanager.get_plugin("harness-remote")  # grading: a confined worker
         try:
-            state["adapters"] = remote.adapters() if remote else Adapters(state["target"])
+            state["adapters"] = remote.adapters() if remote else Adapters(state["target"], explicit=state["explicit"])
         except Exception as e:  # noqa: BLE001  (any failure to load is the same story)
             state["adapters"] = e if isinstance(e, AdaptersError) else AdaptersError(
                 f"loading adapters {state['target']!r} raised {type(e).__name__}: {e}")
@@ -203,7 +208,7 @@ def pytest_sessionstart(session):
     if isinstance(error, Exception):
         target = config.stash[STATE]["target"]
         command = f"python {target}" if target.endswith(".py") else f"python -c 'import {target.split(':')[0]}'"
-        hint = f" ({command} shows the traceback)" if "raised" in str(error) else ""
+        hint = f" ({command} shows the traceback)" if str(error).startswith("importing") else ""
         raise pytest.UsageError(str(error).splitlines()[0] + hint)
 
 
@@ -277,24 +282,69 @@ def _selected(item, state) -> bool:
     return any(node == f or node.startswith((f + "::", f + "[", f + "/")) for f in filters)
 
 
+class NotRunAfterTimeout(TimeoutError):
+    """A function that already timed out in this run is not run again: one timeout per function."""
+
+
+TICK = 0.2  # seconds between stack samples once some code is known to hang
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    """Fail a hanging test instead of hanging the run."""
+    """Fail a hanging test instead of hanging the run, say where the code was stuck, and
+    charge each hang once: the function's later tests are not run, and a later test of
+    another function that sits in the same stuck code for a tick fails at once."""
     seconds = item.config.getoption("--case-timeout")
     if not seconds or not hasattr(signal, "setitimer"):
         return (yield)
+    hangs = item.config.stash.setdefault(HANGS, {"functions": {}, "code": {}})
+    name = item.stash.get(ADAPTER, item.name)
+    if name in hangs["functions"]:
+        raise NotRunAfterTimeout(f"not run: {name} {hangs['functions'][name]}")
+    root = item.config.rootpath
+    start, seen = time.monotonic(), {}
 
     def timeout(signum, frame):
-        name = item.stash.get(ADAPTER, item.name)
-        raise TimeoutError(f"{name} did not finish within {seconds:g} s: look for an infinite loop, "
-                           "or work that grows far faster than the input.")
+        stuck = _student_frame(frame, root)
+        known = stuck is not None and hangs["code"].get(stuck.f_code)
+        if tick and time.monotonic() - start < seconds and not (known and seen.get("frame") is stuck):
+            seen["frame"] = stuck if known else None  # the same call still there next tick: stuck again
+            return
+        hangs["functions"][name] = f"{'hung' if known else 'timed out'} in test {item.name}"
+        where = ""
+        if stuck is not None:
+            info = inspect.getframeinfo(stuck, context=1)
+            line = (info.code_context or [""])[0].strip()
+            where = f" It was running {shown_path(stuck.f_code.co_filename)}:{stuck.f_lineno}" + \
+                    (f" (`{line}`)" if line else "") + " when stopped."
+        if known:
+            raise TimeoutError(f"{name} stopped: it is stuck in the code where {known}.{where} "
+                               f"Fix that first; its other tests are not run in this run.")
+        if stuck is not None:
+            hangs["code"][stuck.f_code] = f"{name} timed out (test {item.name})"
+        raise TimeoutError(f"{name} did not finish within {seconds:g} s.{where} Look for an infinite loop, "
+                           "or work that grows far faster than the input. Its other tests are not run in this "
+                           "run. (`pytest --case-timeout SECONDS` changes the limit.)")
     previous = signal.signal(signal.SIGALRM, timeout)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    tick = min(TICK, seconds) if hangs["code"] else 0
+    signal.setitimer(signal.ITIMER_REAL, tick or seconds, tick)
     try:
         return (yield)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+
+
+def _student_frame(frame, root: Path):
+    """The innermost frame of the code under test (not the harness, tests, libraries or Python's own)."""
+    tests = root / "tests"
+    while frame is not None and (_is_ours(frame.f_code.co_filename, tests)
+                                 or STDLIB in Path(frame.f_code.co_filename).parents):
+        frame = frame.f_back
+    return frame
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -327,7 +377,22 @@ def pytest_runtest_makereport_tag(item, call):
     if ADAPTER in item.stash:
         report.adapter = item.stash[ADAPTER]
         report.course_index = item.stash.get(COURSE_INDEX, 0)
+        report.sections = [(title, trimmed(text)) if title.startswith("Captured") else (title, text)
+                           for title, text in report.sections]
     return report
+
+
+HEAD, TAIL, WIDTH = 10, 5, 300  # captured output kept per failure: lines from each end, characters a line
+
+
+def trimmed(text: str) -> str:
+    """Captured output, its first and last lines: a function that prints in a loop would
+    otherwise bury the report under thousands of lines."""
+    lines = [line if len(line) <= WIDTH else line[:WIDTH] + f" ... ({len(line) - WIDTH:,} more characters)"
+             for line in text.splitlines()]
+    if len(lines) > HEAD + TAIL + 1:
+        lines[HEAD:-TAIL] = [f"... ({len(lines) - HEAD - TAIL:,} lines left out) ..."]
+    return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
 
 
 def _explain(item, name, excinfo) -> str | None:

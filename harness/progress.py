@@ -4,12 +4,13 @@ It shows what ran. A function whose tests did not all run says how many did not,
 and a unit is declared done only when every test of every function in it ran and passed.
 """
 
-import textwrap
 from collections import Counter
 
 import pytest
 
+from harness.checks import checks_for
 from harness.contract import ADAPTERS, UNITS
+from harness.scoring import split
 
 
 class Progress:
@@ -20,6 +21,7 @@ class Progress:
         self.target = target
         self.pinned = pinned
         self.results: dict[str, Counter] = {}
+        self.outcomes: dict[str, dict[str, str]] = {}  # function -> test id -> outcome, for the points
         # Tests per function in the whole student suite; empty when the run collected
         # something else, and then no unit is ever declared done.
         self.totals: dict[str, int] = {}
@@ -28,7 +30,7 @@ class Progress:
     def pytest_runtest_logreport(self, report):
         name = getattr(report, "adapter", None)
         if name and (report.when == "call" or report.failed):
-            self.record(name, report.outcome, getattr(report, "not_implemented", False))
+            self.record(name, report.outcome, getattr(report, "not_implemented", False), report.nodeid)
 
     def pytest_sessionfinish(self, session):
         workeroutput = getattr(session.config, "workeroutput", None)
@@ -39,9 +41,32 @@ class Progress:
     def pytest_testnodedown(self, node, error):
         self.totals = getattr(node, "workeroutput", {}).get("harness_totals") or self.totals
 
-    def record(self, adapter: str, outcome: str, not_implemented: bool) -> None:
+    def record(self, adapter: str, outcome: str, not_implemented: bool, test_id: str = "") -> None:
         key = "not implemented" if not_implemented else outcome
         self.results.setdefault(adapter, Counter())[key] += 1
+        tests = self.outcomes.setdefault(adapter, {})
+        tests[test_id or f"test-{len(tests)}"] = outcome
+
+    def hidden_tests(self, adapter: str) -> int:
+        """Hidden tests of this function that did not run here: each hidden case is checked
+        like the function's public cases (output, and gradient where they have one)."""
+        if self.term.hidden_loaded:
+            return 0
+        public = [c for c in self.term.cases if c.function == adapter and c.check != "raises"]
+        return self.term.hidden_counts.get(adapter, 0) * (len(checks_for(public[0])) if public else 1)
+
+    def points(self, adapter: str) -> float:
+        """What the grader's rule (harness/scoring.py) gives for the tests that ran here: the
+        tests that did not run, hidden ones included, count in the split and earn nothing."""
+        ran = sorted(self.outcomes.get(adapter, {}).items())
+        missing = (self.unrun(adapter) or 0) + self.hidden_tests(adapter)
+        ran += [(f"{adapter}/not-run-{i}:output]", "not run") for i in range(missing)]
+        return sum(score for score, _ in split(ADAPTERS[adapter].points, ran))
+
+    def max_public_points(self, adapter: str) -> float:
+        """The most this function's public tests can earn: hidden tests hold the rest."""
+        public = self.totals.get(adapter) or sum(self.results.get(adapter, Counter()).values())
+        return ADAPTERS[adapter].points * public / max(public + self.hidden_tests(adapter), 1)
 
     def status(self, adapter: str) -> str:
         counts = self.results[adapter]
@@ -66,7 +91,6 @@ class Progress:
         if self.term.name != self.pinned:
             lines.append(f"  note: this release pins term {self.pinned}; you ran {self.term.name}.")
         hidden = {} if self.term.hidden_loaded else self.term.hidden_counts
-        full = self.full_run()
         for unit in UNITS:
             members = [a.name for a in ADAPTERS.values() if a.unit == unit.key]
             names = [n for n in members if n in self.results]
@@ -77,21 +101,29 @@ class Progress:
                 counts = self.results[name]
                 ran = sum(counts.values())
                 unrun = self.unrun(name)
-                points = ADAPTERS[name].points * counts["passed"] / (ran + (unrun or 0))
                 note = f"  {unrun} not run" if unrun else ""
-                note += f"  +{hidden[name]} hidden" if full and hidden.get(name) else ""
+                note += f"  +{hidden[name]} hidden" if hidden.get(name) else ""
                 lines.append(f"  {name:<38} {self.status(name):<16} {counts['passed']:>3}/{ran:<3} tests "
-                             f"{points:4.1f}/{ADAPTERS[name].points} points{note}")
+                             f"{self.points(name):4.1f}/{ADAPTERS[name].points} points{note}")
             done = [n for n in members if self.unrun(n) == 0 and n in self.results and self.status(n) == "passed"]
             if len(done) == len(members):
                 lines.append(f"  -> every function passes. Next: {unit.next_step}")
             elif all(self.status(n) == "passed" for n in names):
                 lines.append("  -> what ran passes, but not every test of this unit ran: "
                              "run `pytest` to see the unit as a whole")
-        if hidden and full:
-            lines += textwrap.wrap(f"Hidden cases exist and were not run here: {sum(hidden.values())} (the +N "
-                                   "column). They check the same contract with other sizes and values; passing "
-                                   "every public test here is not your grade.", 100, subsequent_indent="  ")
-        elif hidden:
-            lines.append("Hidden cases exist and were not run here; they count toward your grade.")
+        lines += self.total_lines(hidden)
         return "\n".join(lines)
+
+    def total_lines(self, hidden: dict) -> list[str]:
+        """The total, and how hidden cases add to it."""
+        functions = [n for n in ADAPTERS if n in self.totals] or list(ADAPTERS)
+        total = sum(ADAPTERS[n].points for n in functions)
+        earned = sum(self.points(n) for n in self.results)
+        public = sum(self.max_public_points(n) for n in functions)
+        scope = "" if self.full_run() else " that ran"
+        lines = [f"Total: {earned:.1f}/{total:g} points from the public tests{scope} (a must-raise or "
+                 "property test earns only once an output case passes)"]
+        if hidden:
+            lines.append(f"Hidden cases (+N above, {sum(hidden.values())} never run here) are worth the other "
+                         f"{total - public:.1f} points: graded like these, with other values.")
+        return lines

@@ -16,6 +16,7 @@ from harness.store import HIDDEN, Term
 INSTRUCTOR_ONLY = {"build.py", "catalogue.py", "coverage.py", "grade.py", "drive.py", "remote.py", "sandbox.py",
                    "worker.py", "wire.py", "release.py", "suite.py"}
 STUDENT_README_END = "## Instructor and maintainer guide"
+MASTER_ONLY = re.compile(r"<!-- master only.*?<!-- end of master only -->\n*", re.S)  # the master copy's banner
 
 
 def release(project: Path, out: Path, term: str) -> Path:
@@ -40,6 +41,6 @@ def release(project: Path, out: Path, term: str) -> Path:
     pyproject = (project / "pyproject.toml").read_text()
     pyproject = re.sub(r'(?m)^term = ".*"$', f'term = "{term}"', pyproject)
     (out / "pyproject.toml").write_text(pyproject)
-    readme = (project / "README.md").read_text().split(STUDENT_README_END)[0].rstrip() + "\n"
+    readme = MASTER_ONLY.sub("", (project / "README.md").read_text()).split(STUDENT_README_END)[0].rstrip() + "\n"
     (out / "README.md").write_text(readme)
     return out

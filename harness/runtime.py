@@ -9,12 +9,16 @@ import importlib
 import importlib.util
 import re
 import sys
+import traceback
 from pathlib import Path
 
 from beartype import beartype
 from jaxtyping import TypeCheckError, jaxtyped
 
 from harness.contract import ADAPTERS, Adapter
+
+
+HARNESS, IMPORTLIB = Path(__file__).parent, Path(importlib.__file__).parent
 
 
 class AdaptersError(Exception):
@@ -25,8 +29,9 @@ class ContractViolation(AssertionError):
     """An adapter was called or returned outside its declared signature."""
 
 
-def load_module(target: str):
-    """`target` is a dotted module name, a path to a .py file, or `module:attribute`."""
+def load_module(target: str, explicit: bool = True):
+    """`target` is a dotted module name, a path to a .py file, or `module:attribute`.
+    `explicit`: the target was named (--adapters, $HARNESS_ADAPTERS), not the default."""
     name, _, attribute = target.partition(":") if not target.endswith(".py") else (target, "", "")
     try:
         if name.endswith(".py"):
@@ -45,21 +50,49 @@ def load_module(target: str):
             module = importlib.import_module(name)
     except AdaptersError:
         raise
-    except ModuleNotFoundError as e:
-        raise AdaptersError(f"could not import adapters {target!r}: {e}. "
-                            "Pass a dotted module name or a path to a .py file.") from None
-    except Exception as e:  # student code that fails at import time
-        raise AdaptersError(f"importing adapters {target!r} raised {type(e).__name__}: {e}") from None
+    except Exception as e:  # noqa: BLE001  (student code that fails at import time)
+        where = failing_line(e)
+        if isinstance(e, ModuleNotFoundError) and not where:  # the adapters module itself
+            hint = " Pass a dotted module name or a path to a .py file." if explicit else \
+                " Run pytest inside the assignment's folder (the one with adapters.py)."
+            raise AdaptersError(f"could not import adapters {target!r}: {e}.{hint}") from None
+        missing = " (a typo, or a package to install?)" if isinstance(e, ModuleNotFoundError) else ""
+        raise AdaptersError(f"importing adapters {target!r} failed{' at ' + where if where else ''}: "
+                            f"{type(e).__name__}: {e}{missing}") from None
     return getattr(module, attribute) if attribute else module
+
+
+def failing_line(error: BaseException) -> str:
+    """`file:line (`statement`)` of the code that failed to import: the innermost frame that
+    is not the import machinery or the harness, or where a SyntaxError points."""
+    if isinstance(error, SyntaxError) and error.filename:
+        path, line, text = error.filename, error.lineno, error.text or ""
+    else:
+        frames = [f for f in traceback.extract_tb(error.__traceback__)
+                  if not f.filename.startswith("<") and not {HARNESS, IMPORTLIB} & set(Path(f.filename).parents)]
+        if not frames:
+            return ""
+        path, line, text = frames[-1].filename, frames[-1].lineno, frames[-1].line or ""
+    return f"{shown_path(path)}:{line}" + (f" (`{text.strip()}`)" if text.strip() else "")
+
+
+def shown_path(path: str) -> str:
+    """A path as the student knows it: from the working folder, or from student/."""
+    full = Path(path).resolve()
+    try:
+        return full.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        parts = full.parts
+        return "/".join(parts[len(parts) - 1 - parts[::-1].index("student"):]) if "student" in parts else str(full)
 
 
 class Adapters:
     """Attribute access to contract-checked adapter functions."""
 
-    def __init__(self, target: str, module=None):
+    def __init__(self, target: str, module=None, explicit: bool = True):
         """`module` stands in for the import of `target`: in grading, the worker's functions."""
         self.target = target
-        self.module = load_module(target) if module is None else module
+        self.module = load_module(target, explicit) if module is None else module
         self._checked = {}
 
     def __getattr__(self, name: str):

@@ -47,3 +47,26 @@ def test_builder_has_property_tests(collected, name):
 def test_function_has_a_device_probe(collected, name):
     assert [n for n, a in collected.items() if a == name and n.startswith("tests/test_devices.py")], \
         f"{name} has no meta-device probe in tests/test_devices.py"
+
+
+SIZES = {"vocab_size": 11, "d_model": 8, "num_heads": 2, "d_ff": 12, "context_length": 16, "max_seq_len": 16,
+         "max_len": 16, "theta": 10000.0, "rope_theta": 10000.0, "num_layers": 1, "in_features": 8,
+         "out_features": 6, "d_k": 8}
+CLASSES = {a.stub.split()[1].split("(")[0]: a for a in ADAPTERS.values() if a.stub.lstrip().startswith("class ")}
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+def test_docstrings_name_every_parameter_the_tests_load(cls):
+    """Tests load weights into a student's module by name (run_transformer_lm loads
+    token_embeddings.weight into the Embedding of get_embedding): the docs of each class
+    (its stub, and the adapters that build it) must name each of its parameters."""
+    import importlib
+    import inspect
+    import re
+    module = CLASSES[cls].impl_module
+    reference = getattr(importlib.import_module(f"reference.{module}"), cls)
+    needed = [p for p in inspect.signature(reference).parameters.values() if p.default is p.empty]
+    state = reference(**{p.name: SIZES[p.name] for p in needed}).state_dict()
+    docs = CLASSES[cls].stub + "".join(a.spec.__doc__ for a in ADAPTERS.values() if f"impl.{module}.{cls}(" in a.glue)
+    missing = sorted({key.split(".")[0] for key in state} - set(re.findall(r"\w+", docs)))
+    assert not missing, f"{cls}: say in its stub's or its adapter's docstring that it holds {missing}"

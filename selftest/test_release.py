@@ -55,7 +55,7 @@ def test_release_runs_every_function_as_not_implemented(edition):
     assert imported.strip() == f"{edition}/harness/__init__.py"  # the edition's harness, not this checkout's
     assert " passed" not in result.stdout.splitlines()[-1]
     assert "not implemented yet" in result.stdout
-    assert "Hidden cases exist and were not run here" in result.stdout
+    assert "Hidden cases (+N above" in result.stdout and "Total: 0.0/" in result.stdout
     for name in ("run_embedding", "run_transformer_lm", "get_transformer_lm"):
         assert f"  {name}" in result.stdout and "not implemented" in result.stdout
 
@@ -75,6 +75,72 @@ def test_student_help_lists_only_student_commands(in_edition, capsys):
     assert "contract" in out and "term" in out
     for instructor in ("release", "grade", "mistakes"):
         assert instructor not in out
+    assert "What a student runs" in out and "pytest --function" in out and "check(" in out, out
+    assert "Instructor commands" in out and "master repository" in out, out
+
+
+def test_master_help_opens_with_the_student_commands_and_says_where_the_instructors_are(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert out.index("What a student runs") < out.index("Instructor commands (this is the course's master copy)")
+    assert "pytest --function" in out and "python -m harness term list" in out, out
+
+
+def test_the_master_readme_says_what_it_is_and_the_release_readme_does_not(edition):
+    master = (PROJECT / "README.md").read_text()
+    assert "course's master copy" in "\n".join(master.splitlines()[:6]) and "python -m harness release" in master[:600]
+    student = (edition / "README.md").read_text()
+    assert student.startswith("# Transformer from scratch") and "master copy" not in student
+    assert "## Student quick start" in student and "Total:" in student and "result.ok" in student
+
+
+def test_contract_keeps_a_students_adapters_edits_and_check_says_nothing(in_edition, capsys):
+    glue = in_edition / "adapters.py"
+    original = glue.read_text()
+    glue.write_text(original.replace("return impl.attention.silu(in_features)", "return impl.attention.silu(in_features) * 1"))
+    try:
+        assert main(["contract", "--check"]) == 0
+        out = capsys.readouterr().out
+        assert "stale" not in out and "out of date" not in out, out
+        assert main(["contract"]) == 0
+        assert "* 1" in glue.read_text() and "kept: adapters.py" in capsys.readouterr().out
+    finally:
+        glue.write_text(original)
+
+
+def test_contract_force_replaces_a_students_file_after_a_backup(in_edition, capsys):
+    work = in_edition / "student" / "rope.py"
+    original = work.read_text()
+    mine = original + "\n# my work\n"
+    work.write_text(mine)
+    try:
+        assert main(["contract", "--force"]) == 0
+        out = capsys.readouterr().out
+        assert work.read_text() == original and (in_edition / "student" / "rope.py.bak").read_text() == mine
+        assert "your version is kept in student/rope.py.bak" in out, out
+    finally:
+        work.write_text(original)
+        (in_edition / "student" / "rope.py.bak").unlink(missing_ok=True)
+
+
+def test_contract_in_the_master_never_overwrites_implemented_code(tmp_path, monkeypatch, capsys):
+    copy = tmp_path / "project"
+    shutil.copytree(PROJECT, copy, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__", "selftest", "fixtures"))
+    monkeypatch.chdir(copy)
+    work = copy / "student" / "embeddings.py"
+    solved = (PROJECT / "reference" / "embeddings.py").read_text().replace("reference", "student")
+    work.write_text(solved)
+    assert main(["contract", "--check"]) == 1
+    out = capsys.readouterr().out
+    assert "implemented: student/embeddings.py" in out and "stale" not in out, out
+    assert main(["contract", "--stubs"]) == 0 and work.read_text() == solved
+    stub = copy / "student" / "rope.py"
+    stub.write_text(stub.read_text().replace("raise NotImplementedError(", "raise NotImplementedError(  'old', "))
+    assert main(["contract", "--stubs"]) == 0 and work.read_text() == solved
+    assert "rendered: student/rope.py (it held only stubs)" in capsys.readouterr().out
+    assert main(["contract", "--stubs", "--force"]) == 0
+    assert (copy / "student" / "embeddings.py.bak").read_text() == solved and "raise NotImplementedError" in work.read_text()
 
 
 @pytest.mark.parametrize("command", [["term", "new", "x", "--seed", "1"], ["term", "verify", TERM],
