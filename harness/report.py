@@ -468,7 +468,7 @@ def render(a: Analysis, title: str) -> str:
         out.append('<table id="gap-table"><tbody>' + "".join(
             f"<tr><td>{_e(name)}</td><td>{', '.join(f'<code>{_e(f)}</code>' for f in fs)}</td></tr>"
             for name, fs in a.hidden_gaps) + "</tbody></table>")
-    out.append(f"<h3>Identical code: {len(a.identical)} groups</h3>")
+    out.append(f"<h3>Identical code: {len(a.identical)} group{'' if len(a.identical) == 1 else 's'}</h3>")
     out.append('<p class="muted">Same adapters.py and student/ once comments and formatting are ignored.'
                + (f" {len(a.starter)} more submitted the starter code unchanged." if a.starter else "") + "</p>")
     if a.identical:

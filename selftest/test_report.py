@@ -3,6 +3,7 @@ named under the right function, crash kinds, item analysis, flags, pseudonyms; t
 headless Chromium. The end-to-end run on a really graded batch is in test_grading.py."""
 
 import csv
+import fcntl
 import json
 import os
 import select
@@ -188,12 +189,19 @@ PAGE_CHECK = """(() => {
 })()"""
 
 
+def _above_4(fd: int) -> int:
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
+    os.close(fd)
+    return moved
+
+
 class Chromium:
     """Headless Chromium driven over the DevTools protocol on a pipe (fds 3 and 4)."""
 
     def __init__(self, profile: Path):
         to_chrome, self._out = os.pipe()
         self._in, from_chrome = os.pipe()
+        to_chrome, from_chrome = (_above_4(fd) for fd in (to_chrome, from_chrome))  # remapping cannot clash
         flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  f"--user-data-dir={profile}", "--remote-debugging-pipe", "--window-size=1280,2000", "about:blank"]
