@@ -152,11 +152,11 @@ class Namer:
 def crash_kind(output: str) -> str | None:
     """How a failed test crashed, from the grader's message; None for a wrong result."""
     head = output[:400]
+    if head.startswith(("not run", "Hidden test. not run")):  # the submission's time ran out before it
+        return "not run"
     for kind, marks in CRASH_MARKS:
         if any(mark in head for mark in marks):
             return kind
-    if head.startswith(("not run", "Hidden test. not run")):
-        return "not run"
     return "raised" if RAISED.match(head) else None
 
 
@@ -215,9 +215,11 @@ def analyse(subs: list[Submission], max_score: float, mistakes: list[Mistake], s
                 has_public.add(r.function)
             if r.passed:
                 continue
-            (hidden_fail if r.hidden else public_fail).add(r.function)
-            if (kind := crash_kind(r.output)) is not None:
+            kind = crash_kind(r.output)
+            if kind is not None:
                 kinds[r.function].add(kind)
+            if kind != "not run":  # no verdict
+                (hidden_fail if r.hidden else public_fail).add(r.function)
             if not r.hidden:
                 failed[r.function].append(r.output)
         for fn, outputs in failed.items():

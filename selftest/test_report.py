@@ -69,6 +69,10 @@ def _batch(folder: Path) -> Path:
             code_hash="4" * 64),
         Graded("zzoverfit", _work(run_silu__hidden=_t("run_silu", "hidden-1", fail, "hidden", hidden=True)),
                code_hash="5" * 64),
+        # out of time before its hidden cases ran: no verdict on them, so no flag
+        Graded("zzslow", _work(run_silu__hidden=_t("run_silu", "hidden-1", "not run",
+                                                   "not run: the submission ran out of time", hidden=True)),
+               status="timeout", code_hash="8" * 64),
         Graded("zzcrashes", _work(
             run_silu__a=_t("run_silu", "a", fail, "run_silu: ValueError: boom\n  File ..."),
             run_silu__b=_t("run_silu", "b", fail, "run_silu: the call did not finish within 30 s of CPU time"),
@@ -129,7 +133,7 @@ def test_crash_kinds_identical_code_and_flags(report, tmp_path):
     from harness.report import load
     subs, _ = load(report["folder"])
     a = analyse(subs, 58, known_mistakes(), code_hash(PROJECT))
-    assert dict(a.crashes["run_silu"]) == {"raised": 1, "timeout": 1, "not implemented": 1}
+    assert dict(a.crashes["run_silu"]) == {"raised": 1, "timeout": 1, "not implemented": 1, "not run": 1}
     assert dict(a.crashes["run_softmax"]) == {"worker died": 1, "timeout": 1, "not implemented": 1}
     assert a.identical == [["zzref", "zzref_copy"]], "the starter code, submitted twice, is no identical pair"
     assert sorted(a.starter) == ["zzstarter", "zzstarter_too"]
