@@ -78,8 +78,7 @@ def _batch(folder: Path) -> Path:
             run_silu__b=_t("run_silu", "b", fail, "run_silu: the call did not finish within 30 s of CPU time"),
             run_softmax__a=_t("run_softmax", "a", fail, "run_softmax: the worker process died during this call"),
             run_softmax__hidden=_t("run_softmax", "hidden-1", fail,
-                                   "run_softmax, a hidden case: " + dict((c, s) for c, s in HIDDEN_FAILURES)[TimeoutError],
-                                   hidden=True)),
+                                   "run_softmax, a hidden case: " + dict(HIDDEN_FAILURES)[TimeoutError], hidden=True)),
                code_hash="6" * 64),
         Graded("zztampered", _work(), tampered=["tests/test_fixtures.py"], code_hash="7" * 64),
         Graded("zzbroken", [], status="grader-error"),
@@ -208,6 +207,7 @@ class Chromium:
         to_chrome, from_chrome = (_above_4(fd) for fd in (to_chrome, from_chrome))  # remapping cannot clash
         flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage",
                  f"--user-data-dir={profile}", "--remote-debugging-pipe", "--window-size=1280,2000", "about:blank"]
         # the protocol's pipe is fds 3 (commands in) and 4 (replies out) of the browser
         self.proc = subprocess.Popen(
