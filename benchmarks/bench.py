@@ -58,9 +58,14 @@ def main() -> None:
     parser.add_argument("--grading", type=int, default=20, metavar="N",
                         help="grade N reference submissions with --jobs 2 (0 skips it)")
     parser.add_argument("--suite-only", action="store_true", help="only the suite vs `import torch` figure")
+    parser.add_argument("--report", type=int, default=1000, metavar="N",
+                        help="time the class report for N submissions (0 skips it)")
+    parser.add_argument("--report-only", action="store_true", help="only the class report figure")
     args = parser.parse_args()
     from harness.store import pinned_term
     args.term = args.term or pinned_term(PROJECT)
+    if args.report_only:
+        return report(args.report, args.term)
 
     print(f"median of {args.runs} runs")
     suite_vs_torch(args.runs)
@@ -89,6 +94,8 @@ def main() -> None:
 
     if args.grading:
         grading(args.grading, args.term)
+    if args.report:
+        report(args.report, args.term)
 
 
 def grading(n: int, term: str, runs: int = 3) -> None:
@@ -109,6 +116,50 @@ def grading(n: int, term: str, runs: int = 3) -> None:
     print(f"grade {n} reference submissions, --jobs 2, median of {runs} batches: "
           f"{statistics.median(rates):.1f} submissions/min (target >= 30); median {statistics.median(per):.1f} s "
           f"per submission; all full marks: {full}\n  {Protections.detect().describe()}")
+
+
+REPORT_MIX = ["one_hot_matmul", "concatenated_sin_cos", "softmax_without_max", "attention_missing_scale",
+              "rope_half_split", "rmsnorm_subtracts_mean", "swiglu_w1_w3_swapped", "missing_lm_head_flops"]
+
+
+def report(n: int, term: str, runs: int = 3) -> None:
+    """The class report for n submissions (target: seconds), median of `runs`, from a synthetic batch:
+    the reference, the stubs and known-mistake variants graded once, their result folders copied
+    to n names. Then once through `python -m harness report`, imports included."""
+    import csv
+    import shutil
+    from harness.grade import grade_all
+    from harness.report import write_report
+    from reference.submission import reference_as_student, variant_as_student
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        stubs = tmp / "subs" / "stubs"
+        shutil.copytree(PROJECT / "student", stubs / "student", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(PROJECT / "adapters.py", stubs / "adapters.py")
+        subs = [reference_as_student(tmp / "subs" / "reference"), stubs,
+                *(variant_as_student(v, tmp / "subs" / v) for v in REPORT_MIX)]
+        grade_all(PROJECT, subs, term, tmp / "graded", jobs=2)
+        with (tmp / "graded" / "grades.csv").open(newline="") as f:
+            header, *rows = list(csv.reader(f))
+        big = tmp / "big"
+        big.mkdir()
+        with (big / "grades.csv").open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(header)
+            for i in range(n):
+                row = list(rows[i % len(rows)])
+                shutil.copytree(tmp / "graded" / row[0], big / f"{row[0]}-{i:04d}")
+                writer.writerow([f"{row[0]}-{i:04d}", *row[1:]])
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            write_report(big, PROJECT)
+            times.append(time.perf_counter() - start)
+        command, _ = timed([sys.executable, "-m", "harness", "report", str(big)])
+        size = (big / "report.html").stat().st_size
+    print(f"class report for {n} submissions ({len(rows)} graded, copied): {statistics.median(times):.2f} s in "
+          f"process (median of {runs}); `python -m harness report` {command:.2f} s with its imports; "
+          f"report.html {size / 1024:.0f} KiB")
 
 
 if __name__ == "__main__":

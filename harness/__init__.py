@@ -28,4 +28,5 @@ remote     the driver's side of a worker: adapter calls, gradients and modules a
 sandbox    the bubblewrap confinement of a submission's worker processes
 worker     the untrusted side: the only process that imports a submission's code
 wire       the driver-worker message format (JSON + safetensors, no pickle)
+report     the class report (staff only) from a graded folder: per function, mistake and test
 """

@@ -99,6 +99,11 @@ def parser(instructor: bool) -> argparse.ArgumentParser:
                        help="refuse to grade unless the bubblewrap sandbox (and, as root, the uid drop) is available")
     grade.add_argument("--memory-mb", type=int, default=4096, help="address-space cap per submission (default 4096)")
 
+    report = sub.add_parser("report", help="the class report of a graded folder: report.html (staff only) and "
+                                            "mistakes.csv, from what `grade` wrote (also written by `grade`)")
+    report.add_argument("graded", type=Path, help="the --out folder of `harness grade`")
+    report.add_argument("--anonymise", action="store_true", help="stable pseudonyms instead of submission names")
+
     mistakes = sub.add_parser("mistakes", help="run the suite against every known-mistake variant and print "
                                                 "which tests catch it and whether the report names it")
     mistakes.add_argument("names", nargs="*", help="only these variants")
@@ -219,6 +224,20 @@ def grade_cmd(root: Path, args) -> int:
         flag = f"  TAMPERED: {', '.join(g.tampered)}" if g.tampered else ""
         print(f"{g.name:<30} {g.score:6.2f}  {g.status:<16} {g.seconds:5.1f} s{flag}")
     print(f"wrote {args.out}/grades.csv")
+    from harness.report import write_report
+    try:
+        print(f"wrote {write_report(args.out, root)} (staff only) and mistakes.csv")
+    except Exception as e:  # the grades stand; `harness report` can be run again
+        print(f"harness grade: the class report failed ({type(e).__name__}: {e}); the grades are written",
+              file=sys.stderr)
+    return 0
+
+
+def report_cmd(root: Path, args) -> int:
+    from harness.report import write_report
+    if not (args.graded / "grades.csv").is_file():
+        raise ValueError(f"{args.graded} has no grades.csv: give the --out folder of `harness grade`")
+    print(f"wrote {write_report(args.graded, root, args.anonymise)} (staff only) and mistakes.csv")
     return 0
 
 
@@ -325,4 +344,5 @@ COMMANDS = {
     ("grade", None): grade_cmd,
     ("contract", None): contract_render,
     ("mistakes", None): mistakes_table,
+    ("report", None): report_cmd,
 }

@@ -33,6 +33,7 @@ from xml.sax.saxutils import escape, quoteattr
 from harness.cli import BadSetup
 from harness.contract import ADAPTERS
 from harness import wire
+from harness.report import code_hash
 from harness.scoring import split
 from harness.sandbox import BASE_UID, Protections, Sandbox, kill_group, kill_uid
 from harness.store import Term
@@ -72,6 +73,7 @@ class Graded:
     output: str = ""
     tampered: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    code_hash: str = ""         # of its normalised adapters.py and student/: the report finds identical code
 
     def scores(self) -> dict[str, tuple[float, float]]:
         """Per test id: (score, max_score), by the rule in harness/scoring.py (the progress table's too)."""
@@ -159,6 +161,7 @@ class Grader:
             root = _unpack(submission, unpacked)
             graded.tampered = self._tampered(root)
             _copy_code(root, copy)
+            graded.code_hash = code_hash(copy)
         except BadSubmission as e:
             graded.status = "no-adapters" if "no adapters.py" in str(e) else "bad-submission"
             graded.output = str(e)
@@ -465,6 +468,8 @@ def _write_results(folder: Path, graded: Graded, term: str) -> None:
     (folder / "results.json").write_text(json.dumps(results_json(graded, term), indent=1))
     (folder / "junit.xml").write_text(junit_xml(graded))
     (folder / "output.txt").write_text(graded.output)
+    if graded.code_hash:
+        (folder / "code.sha256").write_text(graded.code_hash + "\n")
 
 
 def _write_csv(path: Path, graded: list[Graded]) -> None:

@@ -17,3 +17,16 @@ def reference_as_student(dst: Path) -> Path:
             (dst / "student" / f.name).write_text(re.sub(r"\breference\b", "student", f.read_text()))
     (dst / "student" / "__init__.py").touch()
     return dst
+
+
+def variant_as_student(name: str, dst: Path) -> Path:
+    """A submission that makes one known mistake of reference/variants.py: the reference as
+    student/, plus variants.py (renamed) whose patches adapters.py applies for good at import."""
+    reference_as_student(dst)
+    source = (REFERENCE / "variants.py").read_text().replace("import reference.adapters as ref", "ref = None")
+    (dst / "student" / "variants.py").write_text(re.sub(r"\breference\b", "student", source))
+    with (dst / "adapters.py").open("a") as f:
+        f.write(f"\n\nfrom student.variants import VARIANTS as _VARIANTS\n"
+                f"_MISTAKE = _VARIANTS[{name!r}].applied()  # kept: a dropped one undoes its patches\n"
+                "_MISTAKE.__enter__()\n")
+    return dst

@@ -266,6 +266,19 @@ def test_hidden_tests_publish_later_and_leak_nothing(graded):
         assert "inputs:" not in t["output"] and "first mismatches" not in t["output"]
 
 
+def test_the_class_report_names_the_mistakes_and_flags_identical_code(graded):
+    """harness/report.py on this batch: the missing scale under its own function, no mistake for
+    honest work; the reference and the zip of the same code are one identical pair (from the
+    hashes the grader wrote)."""
+    from harness.report import analyse, known_mistakes, load, write_report
+    write_report(graded["out"], PROJECT)
+    with (graded["out"] / "mistakes.csv").open() as f:
+        named = {(r["variant"], r["function"]): r["submissions"] for r in csv.DictReader(f)}
+    assert named[("attention_missing_scale", "run_scaled_dot_product_attention")] == "no_scale"
+    assert not {"reference", "zipped"} & {n for names in named.values() for n in names.split(";")}
+    assert analyse(*load(graded["out"]), known_mistakes()).identical == [["reference", "zipped"]]
+
+
 # ---------------------------------------------------------------- other machines and setups
 
 @pytest.fixture(scope="module")

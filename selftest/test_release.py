@@ -73,7 +73,7 @@ def test_student_help_lists_only_student_commands(in_edition, capsys):
         main(["--help"])
     out = capsys.readouterr().out
     assert "contract" in out and "term" in out
-    for instructor in ("release", "grade", "mistakes"):
+    for instructor in ("release", "grade", "mistakes", "report"):
         assert instructor not in out
     assert "What a student runs" in out and "pytest --function" in out and "check(" in out, out
     assert "Instructor commands" in out and "master repository" in out, out
@@ -144,7 +144,8 @@ def test_contract_in_the_master_never_overwrites_implemented_code(tmp_path, monk
 
 
 @pytest.mark.parametrize("command", [["term", "new", "x", "--seed", "1"], ["term", "verify", TERM],
-                                     ["grade", "a.zip", "--term", TERM, "--out", "o"], ["mistakes"]])
+                                     ["grade", "a.zip", "--term", TERM, "--out", "o"], ["mistakes"],
+                                     ["report", "graded"]])
 def test_instructor_commands_refuse_with_one_line(in_edition, capsys, command):
     assert main(command) == 2
     err = capsys.readouterr().err
