@@ -116,6 +116,7 @@ class Spec:
     check: str = "output"
     tolerance: tuple | Callable | None = None  # (atol, rtol), a function of the inputs, or the adapter's
     hidden: bool = False
+    equal: tuple = ()  # axis pairs whose equal sizes are the point of the case, "a=b" (harness/case_rules.py)
 
     def case(self, generated: dict, inputs: list[str], grads: list[str]) -> Case:
         scalars = {k: v for k, v in self.args.items() if k not in generated}
@@ -142,8 +143,9 @@ class Spec:
         return out
 
 
-def case(function, name, note="", *, check="output", tolerance=None, hidden=False, **args) -> Spec:
-    return Spec(function, name, args, note, check, tolerance, hidden)
+def case(function, name, note="", *, check="output", tolerance=None, hidden=False, equal=(), **args) -> Spec:
+    """One case. `equal`: axis pairs ("queries=keys") allowed the same size because that is the point of it."""
+    return Spec(function, name, args, note, check, tolerance, hidden, tuple(equal))
 
 
 def raises(function, name, note, **args) -> Spec:
@@ -219,6 +221,7 @@ UNIT_2_1 = [
          tolerance=sinusoidal_tolerance, vocab_size=5, context_length=4, d_model=4, token_weights=normal(5, 4),
          position_weights=None, token_ids=given([[2, 0, 2]])),
     case("run_embed_with_positions", "full-context", "seq == context_length (the last position is context_length-1)",
+         equal=("context_length=seq",),
          vocab_size=11, context_length=6, d_model=4, token_weights=normal(11, 4),
          position_weights=normal(6, 4), token_ids=ints(2, 6, high=11)),
     case("run_embed_with_positions", "hidden-learned", "learned positions", hidden=True,
@@ -265,6 +268,7 @@ UNIT_2_2 = [
 
     # ---- run_scaled_dot_product_attention: d_v != d_k, queries != keys, masks
     case("run_scaled_dot_product_attention", "square-no-mask", "Q, K, V [2, 4, 8], mask None",
+         equal=("queries=keys", "d_k=d_v"),
          Q=normal(2, 4, 8), K=normal(2, 4, 8), V=normal(2, 4, 8), mask=None),
     case("run_scaled_dot_product_attention", "dv-ne-dk-nonsquare", "3 queries, 5 keys, d_k=8, d_v=6, random mask",
          Q=normal(2, 3, 8), K=normal(2, 5, 8), V=normal(2, 5, 6), mask=mask(2, 3, 5)),
@@ -451,9 +455,11 @@ GPT2 = [
          d_model=48, num_heads=8, num_kv_heads=2, q_proj_weight=weight(48, 48), k_proj_weight=weight(12, 48),
          v_proj_weight=weight(12, 48), o_proj_weight=weight(48, 48), in_features=normal(3, 5, 48)),
     case("run_grouped_query_attention", "mqa", "multi-query: 4 query heads, 1 kv head, x [7, 20] (no batch)",
+         equal=("d_head=d_kv",),
          d_model=20, num_heads=4, num_kv_heads=1, q_proj_weight=weight(20, 20), k_proj_weight=weight(5, 20),
          v_proj_weight=weight(5, 20), o_proj_weight=weight(20, 20), in_features=normal(7, 20)),
     case("run_grouped_query_attention", "mha", "num_kv_heads == num_heads == 3: plain multi-head attention",
+         equal=("d_kv=d_model", "heads=kv_heads"),
          d_model=12, num_heads=3, num_kv_heads=3, q_proj_weight=weight(12, 12), k_proj_weight=weight(12, 12),
          v_proj_weight=weight(12, 12), o_proj_weight=weight(12, 12), in_features=normal(2, 5, 12)),
     case("run_grouped_query_attention", "rope-gapped-positions",

@@ -210,6 +210,10 @@ def contract_render(root: Path, args) -> int:
         rendered[root / "reference" / "adapters.py"] = render_adapters("reference")
         rendered[root / "MISTAKES.md"] = render_mistakes(VARIANTS)
     problems = []
+    if instructor:
+        from harness.case_rules import problems as case_problems
+        from harness.catalogue import CATALOGUE
+        problems += [f"catalogue: {p}" for p in case_problems(CATALOGUE)]
     for path, text in rendered.items():
         if path.exists() and path.read_text() == text:
             continue
@@ -231,7 +235,7 @@ def contract_render(root: Path, args) -> int:
                                 "(not overwritten; `python -m harness contract --stubs` rewrites it)")
     for line in problems:
         print(line)
-    return 1 if args.check and problems else 0
+    return 1 if (args.check and problems) or any(p.startswith("catalogue: ") for p in problems) else 0
 
 
 def mistakes_table(root: Path, args) -> int:

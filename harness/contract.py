@@ -97,6 +97,10 @@ ADAPTERS: dict[str, Adapter] = {}
 def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAULT_TOLERANCE, stub: str = ""):
     """Declare one adapter: its unit, the student/ module and `glue` body the rendered
     adapters use, its points, its output tolerance and its student stub."""
+    if unit not in {u.key for u in UNITS}:  # else the function silently vanishes from the progress table
+        raise ValueError(f"unknown unit {unit!r}; the units are {', '.join(repr(u.key) for u in UNITS)} "
+                         "(add a Unit to UNITS in harness/contract.py for a new one)")
+
     def register(spec):
         ADAPTERS[spec.__name__] = Adapter(spec.__name__, unit, spec, textwrap.dedent(glue).strip(), module,
                                           points, tolerance, textwrap.dedent(stub).strip())
