@@ -1022,3 +1022,23 @@ register("torch_gpt2_pieces", "F.layer_norm, nn.Linear + F.gelu MLP, SDPA(enable
          gpt2__gelu=lambda x, approximate="none": F.gelu(x, approximate=approximate))
 register("gqa_expand_reshape", "kv heads expanded by a broadcast view and reshape", correct=True,
          gpt2__expand_kv=_expand_reshape)
+
+
+class _TiedHeadModuleLM(gpt2.GPT2LM):
+    """nanoGPT's way: an lm_head module whose weight is the token embedding (one Parameter, two names)."""
+
+    def __init__(self, vocab_size, context_length, d_model, *args, **kwargs):
+        super().__init__(vocab_size, context_length, d_model, *args, **kwargs)
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
+        self.lm_head.weight = self.token_embeddings.weight
+
+    def forward(self, in_indices):
+        positions = torch.arange(in_indices.shape[-1], device=in_indices.device)
+        x = self.token_embeddings(in_indices) + self.position_embeddings(positions)
+        for layer in self.layers:
+            x = layer(x)
+        return self.lm_head(self.ln_final(x))
+
+
+register("tied_head_module", "a tied lm_head module sharing token_embeddings.weight (nanoGPT's style)",
+         correct=True, gpt2__GPT2LM=_TiedHeadModuleLM)

@@ -1,6 +1,7 @@
 """From GPT-2 to modern models: properties no fixture can fake. Grouped-query attention
 with as many kv heads as query heads is multi-head attention; the GPT-2 LM's parameters,
-tied head, initialisation and parameter count."""
+tied head, initialisation and parameter count (its forward against the run_gpt2_lm
+fixture is in test_model.py, beside the modern LM's)."""
 
 import math
 
@@ -102,29 +103,6 @@ def test_gpt2_parameter_count_matches_accounting(adapters):
                                f"+ 2d = {expected:,} (difference {count - expected:+,}). The tied head adds 0.")
     yours = adapters.run_gpt2_accounting(**CONFIG)["params.total"]
     assert yours == count, f"your run_gpt2_accounting says params.total={yours:,} but your model has {count:,}"
-
-
-@adapter("get_gpt2_lm")
-def test_gpt2_forward_matches_run_gpt2_lm_fixture(adapters, term):
-    case = next(c for c in term.cases if c.function == "run_gpt2_lm" and not c.hidden and c.check == "output")
-    kwargs = term.inputs(case)
-    model = adapters.get_gpt2_lm(**case.args)
-    weights = dict(kwargs["weights"])
-    if "lm_head.weight" in model.state_dict():  # a tied head module: the same matrix under both names
-        weights["lm_head.weight"] = weights["token_embeddings.weight"]
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as e:
-        keys = [line.strip()[:300] for line in str(e).splitlines() if "key(s)" in line or "size mismatch" in line]
-        raise AssertionError("load_state_dict with the run_gpt2_lm weights failed:\n  "
-                             + "\n  ".join(keys or [str(e)[:300]])) from None
-    model.eval()
-    with torch.no_grad():
-        logits = model(kwargs["in_indices"])
-    expected = term.tensors(case)["out"]
-    assert logits.shape == expected.shape, f"forward returned {list(logits.shape)}, expected {list(expected.shape)}"
-    assert torch.allclose(logits, expected, atol=case.atol, rtol=case.rtol), (
-        "forward(in_indices) with the fixture weights loaded differs from run_gpt2_lm's expected logits")
 
 
 @adapter("get_gpt2_lm")
