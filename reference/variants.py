@@ -663,7 +663,8 @@ class _GPT2MLP(gpt2.GPT2MLP):
 
 
 class _GQA(gpt2.GroupedQueryAttention):
-    """Grouped-query attention that rotates V as well as Q and K."""
+    """Grouped-query attention with a knob per known mistake."""
+    rope_on_values, group_from_d_model = False, False
 
     def forward(self, x, token_positions=None):
         seq = x.shape[-2]
@@ -671,8 +672,9 @@ class _GQA(gpt2.GroupedQueryAttention):
         k, v = (rearrange(p(x), "... s (h d) -> ... h s d", h=self.num_kv_heads) for p in (self.k_proj, self.v_proj))
         if self.rope is not None:
             positions = (torch.arange(seq, device=x.device) if token_positions is None else token_positions)
-            q, k, v = (self.rope(t, positions.unsqueeze(-2)) for t in (q, k, v))
-        group = self.num_heads // self.num_kv_heads
+            q, k = (self.rope(t, positions.unsqueeze(-2)) for t in (q, k))
+            v = self.rope(v, positions.unsqueeze(-2)) if self.rope_on_values else v
+        group = x.shape[-1] // self.num_kv_heads if self.group_from_d_model else self.num_heads // self.num_kv_heads
         k, v = gpt2.expand_kv(k, group), gpt2.expand_kv(v, group)
         causal = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
         out = attention.scaled_dot_product_attention(q, k, v, causal)
@@ -753,7 +755,10 @@ register("gqa_repeat_not_interleave", "kv heads expanded with repeat: query head
                "so query head h reads kv head h // (num_heads / num_kv_heads)"),
          gpt2__expand_kv=lambda t, group: t.repeat(*[1] * (t.dim() - 3), group, 1, 1))
 register("gqa_rope_on_values", "RoPE applied to V as well as Q and K",
-         hint="RoPE applied to V; it rotates only Q and K", gpt2__GroupedQueryAttention=_GQA)
+         hint="RoPE applied to V; it rotates only Q and K", gpt2__GroupedQueryAttention=_set(_GQA, rope_on_values=True))
+register("gqa_group_from_d_model", "GQA group size d_model // num_kv_heads instead of num_heads // num_kv_heads",
+         named_by="the group size comes from the head counts",
+         gpt2__GroupedQueryAttention=_set(_GQA, group_from_d_model=True))
 register("gpt2_block_post_ln", "post-LN GPT-2 block (GPT-1 / original Transformer order)",
          hint="a post-LN block (GPT-1's order); GPT-2 is pre-LN: x + Attn(LayerNorm(x))", gpt2__GPT2Block=_GPT2Block)
 register("gpt2_lm_no_final_norm", "the GPT-2 LM skips the final LayerNorm",
