@@ -13,6 +13,7 @@ import student as impl
 import student.accounting  # noqa: F401
 import student.attention  # noqa: F401
 import student.embeddings  # noqa: F401
+import student.gpt2  # noqa: F401
 import student.model  # noqa: F401
 import student.rope  # noqa: F401
 
@@ -448,6 +449,215 @@ def run_transformer_lm(
     return with_weights(module, weights, in_indices)
 
 
+def run_layernorm(
+    d_model: int,
+    weight: Float[Tensor, "d_model"],
+    bias: Float[Tensor, "d_model"],
+    in_features: Float[Tensor, "... d_model"],
+    eps: float = 1e-5,
+) -> Float[Tensor, "... d_model"]:
+    """LayerNorm over the last axis (GPT-2's norm):
+
+        y = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias
+
+    mean and var are over the last (d_model) axis only, and var is the biased
+    variance, mean((x - mean)^2), as torch.nn.LayerNorm uses: torch.var's default
+    (unbiased, divided by d_model - 1) is wrong here. eps goes inside the square
+    root and is the `eps` argument. Unlike RMSNorm, the mean is subtracted and
+    there is a bias. Compute in float32 (upcast float16/bfloat16 inputs) and
+    return the input's dtype.
+
+    Args:
+        weight, bias: the gain and bias, [d_model].
+        in_features: [..., d_model] with any number of leading dims, float32,
+            float16 or bfloat16.
+
+    Returns:
+        [..., d_model] in the dtype of in_features.
+    """
+    module = impl.gpt2.LayerNorm(d_model, eps=eps)
+    return with_weights(module, {'weight': weight, 'bias': bias}, in_features)
+
+
+def run_gelu(
+    in_features: Float[Tensor, "..."],
+    approximate: str = "none",
+) -> Float[Tensor, "..."]:
+    """GELU, elementwise, same shape.
+
+    approximate="none" (the default) is the exact form:
+        x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2)))
+    approximate="tanh" is GPT-2's approximation:
+        0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+    The two differ by up to about 1e-3, so use the form asked for. Any other
+    value of approximate raises ValueError (as torch.nn.functional.gelu does).
+    """
+    return impl.gpt2.gelu(in_features, approximate=approximate)
+
+
+def run_gpt2_mlp(
+    d_model: int,
+    d_ff: int,
+    c_fc_weight: Float[Tensor, "d_ff d_model"],
+    c_fc_bias: Float[Tensor, "d_ff"],
+    c_proj_weight: Float[Tensor, "d_model d_ff"],
+    c_proj_bias: Float[Tensor, "d_model"],
+    in_features: Float[Tensor, "... d_model"],
+    approximate: str = "none",
+) -> Float[Tensor, "... d_model"]:
+    """GPT-2's feed-forward network: c_proj(GELU(c_fc(x))), both linears with biases.
+
+        h = GELU(x W_fc^T + b_fc),  y = h W_proj^T + b_proj
+
+    Weights use the nn.Linear layout [out, in]. GELU is run_gelu with the given
+    `approximate` (GPT-2 itself used "tanh"). d_ff is given (GPT-2 uses 4 d_model);
+    never derive it from d_model. Compare SwiGLU: no gate, one matrix fewer, biases.
+    """
+    module = impl.gpt2.GPT2MLP(d_model, d_ff, approximate=approximate)
+    weights = {'c_fc.weight': c_fc_weight, 'c_fc.bias': c_fc_bias,
+               'c_proj.weight': c_proj_weight, 'c_proj.bias': c_proj_bias}
+    return with_weights(module, weights, in_features)
+
+
+def run_grouped_query_attention(
+    d_model: int,
+    num_heads: int,
+    num_kv_heads: int,
+    q_proj_weight: Float[Tensor, "d_model d_model"],
+    k_proj_weight: Float[Tensor, "d_kv d_model"],
+    v_proj_weight: Float[Tensor, "d_kv d_model"],
+    o_proj_weight: Float[Tensor, "d_model d_model"],
+    in_features: Float[Tensor, "... seq d_model"],
+    theta: float | None = None,
+    max_seq_len: int | None = None,
+    token_positions: Int[Tensor, "... seq"] | None = None,
+) -> Float[Tensor, "... seq d_model"]:
+    """Causal grouped-query attention (GQA): num_heads query heads share
+    num_kv_heads key/value heads.
+
+    d_k = d_model / num_heads for every head, queries, keys and values alike.
+    Q = x Wq^T is split into num_heads heads as in run_multihead_self_attention;
+    K = x Wk^T and V = x Wv^T are [..., seq, num_kv_heads * d_k], split the same
+    way into num_kv_heads heads. num_kv_heads divides num_heads; each group of
+    g = num_heads / num_kv_heads consecutive query heads shares one kv head:
+    query head h uses kv head h // g (repeat_interleave(g) along the heads axis,
+    not repeat(g), which would give h % num_kv_heads). num_kv_heads = num_heads is
+    plain multi-head attention; num_kv_heads = 1 is multi-query attention (MQA).
+    The group size comes from the head counts, not from d_model. Query i attends
+    to keys 0..i. The heads are concatenated in order and projected by W_o.
+
+    With theta given, RoPE (run_rope's, d_k wide, base theta, tables for
+    max_seq_len positions) rotates Q and K of every head after the split; V is
+    never rotated. token_positions [..., seq] as in
+    run_multihead_self_attention_with_rope; None means 0 .. seq-1. With theta None
+    there are no positions (max_seq_len and token_positions are unused).
+
+    Args:
+        q_proj_weight, o_proj_weight: [d_model, d_model].
+        k_proj_weight, v_proj_weight: [num_kv_heads * d_k, d_model].
+        in_features: [..., seq, d_model] with any leading dims.
+
+    Returns:
+        [..., seq, d_model]. The KV cache of this layer holds 2 * num_kv_heads * d_k
+        values per token instead of 2 * d_model: that is what GQA saves.
+    """
+    module = impl.gpt2.GroupedQueryAttention(d_model, num_heads, num_kv_heads, max_seq_len=max_seq_len,
+                                             theta=theta, device=in_features.device)
+    weights = {'q_proj.weight': q_proj_weight, 'k_proj.weight': k_proj_weight,
+               'v_proj.weight': v_proj_weight, 'output_proj.weight': o_proj_weight}
+    return with_weights(module, weights, in_features, token_positions)
+
+
+def run_gpt2_block(
+    d_model: int,
+    num_heads: int,
+    d_ff: int,
+    weights: dict[str, Tensor],
+    in_features: Float[Tensor, "batch seq d_model"],
+    eps: float = 1e-5,
+) -> Float[Tensor, "batch seq d_model"]:
+    """One GPT-2 block: pre-LN, causal attention with biases and no RoPE, GELU MLP.
+
+        z = x + Attn(LayerNorm1(x))
+        y = z + MLP(LayerNorm2(z))
+
+    Attn is causal multi-head attention (num_kv_heads = num_heads) whose four
+    projections all have biases; MLP is run_gpt2_mlp with exact GELU; both
+    LayerNorms use `eps`. Positions are not rotated: GPT-2 adds learned absolute
+    positions to the input once, before the first block.
+
+    Args:
+        weights: the keys of one layer, without a `layers.{i}.` prefix:
+            ln1.weight, ln1.bias, ln2.weight, ln2.bias [d_model];
+            attn.{q_proj,k_proj,v_proj,output_proj}.weight [d_model, d_model] and
+            .bias [d_model]; mlp.c_fc.weight [d_ff, d_model], mlp.c_fc.bias [d_ff];
+            mlp.c_proj.weight [d_model, d_ff], mlp.c_proj.bias [d_model].
+        in_features: [batch, seq, d_model].
+    """
+    module = impl.gpt2.GPT2Block(d_model, num_heads, d_ff, eps=eps, device=in_features.device)
+    return with_weights(module, weights, in_features)
+
+
+def run_gpt2_lm(
+    vocab_size: int,
+    context_length: int,
+    d_model: int,
+    num_layers: int,
+    num_heads: int,
+    d_ff: int,
+    weights: dict[str, Tensor],
+    in_indices: Int[Tensor, "batch seq"],
+) -> Float[Tensor, "batch seq vocab_size"]:
+    """The GPT-2 language model: unnormalised next-token logits.
+
+        x = token_embeddings[ids] + position_embeddings[0 .. seq-1]
+        x -> num_layers GPT-2 blocks (eps 1e-5) -> ln_final (LayerNorm)
+        logits = x @ token_embeddings.weight^T   (the LM head is tied)
+
+    Positions are learned and absolute (no RoPE); seq may be shorter than
+    context_length, and longer must raise. The LM head shares the token embedding
+    matrix: there is no separate lm_head parameter (nanoGPT's
+    `wte.weight = lm_head.weight`; define token_embeddings before any lm_head so
+    the shared parameter is named token_embeddings.weight).
+
+    Args:
+        weights: token_embeddings.weight [vocab_size, d_model];
+            position_embeddings.weight [context_length, d_model];
+            layers.{i}.<the run_gpt2_block keys>; ln_final.weight, ln_final.bias.
+        in_indices: int64 token ids [batch, seq].
+
+    Returns:
+        [batch, seq, vocab_size] logits.
+    """
+    module = impl.gpt2.GPT2LM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff,
+                              device=in_indices.device)
+    return with_weights(module, weights, in_indices)
+
+
+def get_gpt2_lm(
+    vocab_size: int,
+    context_length: int,
+    d_model: int,
+    num_layers: int,
+    num_heads: int,
+    d_ff: int,
+) -> torch.nn.Module:
+    """Build your GPT-2 LM, initialised as nanoGPT's model.py does.
+
+    Its state_dict() keys are the run_gpt2_lm weight keys, plus lm_head.weight if
+    the tied head is a module (it must then be the very same tensor as
+    token_embeddings.weight). forward(in_indices [batch, seq]) returns logits.
+
+    Initialisation: every Linear weight and both embedding tables ~ N(0, 0.02);
+    the residual projections attn.output_proj.weight and mlp.c_proj.weight ~
+    N(0, 0.02 / sqrt(2 * num_layers)) (so the residual stream's variance does not
+    grow with depth); every bias 0; LayerNorm weights 1 and biases 0. Compare
+    get_transformer_lm's "cs336" scheme: per-layer std from fan-in and fan-out,
+    no biases, no depth scaling.
+    """
+    return impl.gpt2.GPT2LM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff)
+
+
 def run_transformer_accounting(
     vocab_size: int,
     context_length: int,
@@ -455,22 +665,70 @@ def run_transformer_accounting(
     num_layers: int,
     num_heads: int,
     d_ff: int,
+    num_kv_heads: int | None = None,
+    batch_size: int = 1,
+    kv_cache_dtype: str = "float32",
 ) -> dict[str, int]:
-    """Parameters and forward-pass matmul FLOPs of the transformer LM above.
+    """Parameters, forward-pass matmul FLOPs and KV-cache size of the transformer LM above.
 
     A matmul of [m, n] by [n, p] costs 2*m*n*p FLOPs (a multiply and an add per
     MAC). FLOPs are for one forward pass over one sequence of context_length
     tokens; parameter counts cover all layers. The LM is untied, uses RoPE (no
     position parameters) and has no biases.
 
+    num_kv_heads (None means num_heads) makes the attention grouped-query, as in
+    run_grouped_query_attention: K and V projections are [num_kv_heads * d_k,
+    d_model] with d_k = d_model / num_heads. Every query head still scores every
+    key, so only the projections and the cache shrink.
+
+    The KV cache stores K and V of every layer for every token, each value in
+    kv_cache_dtype ("float32", "float16" or "bfloat16"; 4, 2, 2 bytes).
+
     Returns exactly these keys:
         params.token_embeddings, params.attention, params.ffn, params.norms,
         params.lm_head, params.total;
         flops.attention_projections (Q, K, V and output projections),
         flops.attention_scores (Q K^T), flops.attention_values (softmax(.) V),
-        flops.ffn, flops.lm_head, flops.total.
+        flops.ffn, flops.lm_head, flops.total;
+        kv_cache.bytes_per_token (one token, all layers, K and V),
+        kv_cache.bytes (batch_size sequences of context_length tokens).
     """
-    return impl.accounting.transformer_accounting(vocab_size, context_length, d_model, num_layers, num_heads, d_ff)
+    return impl.accounting.transformer_accounting(vocab_size, context_length, d_model, num_layers, num_heads, d_ff,
+                                                  num_kv_heads=num_kv_heads, batch_size=batch_size,
+                                                  kv_cache_dtype=kv_cache_dtype)
+
+
+def run_gpt2_accounting(
+    vocab_size: int,
+    context_length: int,
+    d_model: int,
+    num_layers: int,
+    num_heads: int,
+    d_ff: int,
+    batch_size: int = 1,
+    kv_cache_dtype: str = "float32",
+) -> dict[str, int]:
+    """Parameters, forward-pass matmul FLOPs and KV-cache size of the GPT-2 LM
+    (run_gpt2_lm), counted as run_transformer_accounting counts.
+
+    GPT-2 differs from the modern LM: learned absolute positions
+    ([context_length, d_model] parameters), biases on every linear layer,
+    LayerNorms with weight and bias, a two-matrix GELU MLP, and a tied LM head
+    (its parameters are the token embeddings: params.lm_head is 0, yet its matmul
+    still costs FLOPs). Attention is plain multi-head (num_kv_heads = num_heads).
+    Biases add no matmul FLOPs. For GPT-2 small (V=50257, T=1024, d=768, 12
+    layers, d_ff=3072) params.total is nanoGPT's count with positions included.
+
+    Returns exactly these keys:
+        params.token_embeddings, params.position_embeddings, params.attention
+        (weights and biases), params.mlp (weights and biases), params.norms,
+        params.lm_head, params.total;
+        flops.attention_projections, flops.attention_scores, flops.attention_values,
+        flops.mlp, flops.lm_head, flops.total;
+        kv_cache.bytes_per_token, kv_cache.bytes (as run_transformer_accounting).
+    """
+    return impl.accounting.gpt2_accounting(vocab_size, context_length, d_model, num_layers, num_heads, d_ff,
+                                           batch_size=batch_size, kv_cache_dtype=kv_cache_dtype)
 
 
 def get_transformer_lm(

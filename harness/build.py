@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from harness.case_rules import problems
 from harness.catalogue import CATALOGUE, Spec
 from harness.diagnose import fingerprint
 from harness.checks import CHECKS, checks_for
@@ -27,6 +28,9 @@ def build_term(project: Path, name: str, seed: int, force: bool = False, skip_un
         if not force:
             raise FileExistsError(f"{folder} exists; pass --force to rebuild term {name!r}")
         shutil.rmtree(folder)
+    broken = problems(CATALOGUE)
+    if broken:  # before minutes of building, not after
+        raise ValueError("the catalogue breaks its rules:\n  " + "\n  ".join(broken))
     reference = Adapters(REFERENCE)
     mistakes = [v for v in VARIANTS.values() if not v.correct]
     built = [_build_case(reference, spec, seed, mistakes, skip_unreached) for spec in CATALOGUE]

@@ -13,7 +13,8 @@ from typing import Callable
 
 import torch
 
-from harness.contract import ADAPTERS, block_weight_shapes, lm_weight_shapes
+from harness.contract import ADAPTERS, block_weight_shapes, gpt2_block_weight_shapes, gpt2_lm_weight_shapes, \
+    lm_weight_shapes
 from harness.contract import rope_tolerance, sinusoidal_tolerance  # noqa: F401  (per-case tolerances below)
 from harness.paths import leaves
 from harness.store import Case, swap_view
@@ -87,10 +88,23 @@ def lm_weights(vocab, d, layers, d_ff) -> dict[str, Gen]:
     return _weights(lm_weight_shapes(vocab, d, layers, d_ff))
 
 
+def gpt2_block_weights(d, d_ff) -> dict[str, Gen]:
+    return _weights(gpt2_block_weight_shapes(d, d_ff))
+
+
+def gpt2_lm_weights(vocab, context, d, layers, d_ff) -> dict[str, Gen]:
+    return _weights(gpt2_lm_weight_shapes(vocab, context, d, layers, d_ff))
+
+
+def bias(d) -> Gen:
+    """Biases that are not 0, so a dropped bias shows."""
+    return normal(d, scale=0.3)
+
+
 def _weights(shapes: dict) -> dict[str, Gen]:
     """Random non-unit weights for the contract's state-dict shapes."""
-    return {key: gain(*shape) if len(shape) == 1 else normal(*shape) if "embeddings" in key else weight(*shape)
-            for key, shape in shapes.items()}
+    return {key: (bias if key.endswith(".bias") else gain)(*shape) if len(shape) == 1
+            else normal(*shape) if "embeddings" in key else weight(*shape) for key, shape in shapes.items()}
 
 
 @dataclass(frozen=True)
@@ -102,6 +116,7 @@ class Spec:
     check: str = "output"
     tolerance: tuple | Callable | None = None  # (atol, rtol), a function of the inputs, or the adapter's
     hidden: bool = False
+    equal: tuple = ()  # axis pairs whose equal sizes are the point of the case, "a=b" (harness/case_rules.py)
 
     def case(self, generated: dict, inputs: list[str], grads: list[str]) -> Case:
         scalars = {k: v for k, v in self.args.items() if k not in generated}
@@ -128,8 +143,9 @@ class Spec:
         return out
 
 
-def case(function, name, note="", *, check="output", tolerance=None, hidden=False, **args) -> Spec:
-    return Spec(function, name, args, note, check, tolerance, hidden)
+def case(function, name, note="", *, check="output", tolerance=None, hidden=False, equal=(), **args) -> Spec:
+    """One case. `equal`: axis pairs ("queries=keys") allowed the same size because that is the point of it."""
+    return Spec(function, name, args, note, check, tolerance, hidden, tuple(equal))
 
 
 def raises(function, name, note, **args) -> Spec:
@@ -205,6 +221,7 @@ UNIT_2_1 = [
          tolerance=sinusoidal_tolerance, vocab_size=5, context_length=4, d_model=4, token_weights=normal(5, 4),
          position_weights=None, token_ids=given([[2, 0, 2]])),
     case("run_embed_with_positions", "full-context", "seq == context_length (the last position is context_length-1)",
+         equal=("context_length=seq",),
          vocab_size=11, context_length=6, d_model=4, token_weights=normal(11, 4),
          position_weights=normal(6, 4), token_ids=ints(2, 6, high=11)),
     case("run_embed_with_positions", "hidden-learned", "learned positions", hidden=True,
@@ -251,6 +268,7 @@ UNIT_2_2 = [
 
     # ---- run_scaled_dot_product_attention: d_v != d_k, queries != keys, masks
     case("run_scaled_dot_product_attention", "square-no-mask", "Q, K, V [2, 4, 8], mask None",
+         equal=("queries=keys", "d_k=d_v"),
          Q=normal(2, 4, 8), K=normal(2, 4, 8), V=normal(2, 4, 8), mask=None),
     case("run_scaled_dot_product_attention", "dv-ne-dk-nonsquare", "3 queries, 5 keys, d_k=8, d_v=6, random mask",
          Q=normal(2, 3, 8), K=normal(2, 5, 8), V=normal(2, 5, 6), mask=mask(2, 3, 5)),
@@ -386,6 +404,102 @@ MODEL = [
          weights=lm_weights(30, 12, 1, 20), in_indices=ints(2, 7, high=30)),
 ]
 
+GPT2 = [
+    # ---- run_layernorm: mean subtracted, biased variance, eps inside the root, bias, dtypes
+    case("run_layernorm", "gain-bias", "gains != 1, biases != 0, x [2, 3, 8]",
+         d_model=8, weight=gain(8), bias=bias(8), in_features=normal(2, 3, 8)),
+    case("run_layernorm", "1d", "x [10], no leading dims", d_model=10, weight=gain(10), bias=bias(10),
+         in_features=normal(10, scale=2.0)),
+    case("run_layernorm", "4d", "x [2, 1, 3, 6]", d_model=6, weight=gain(6), bias=bias(6),
+         in_features=normal(2, 1, 3, 6)),
+    case("run_layernorm", "tiny-inputs-eps", "|x| about 1e-3 with eps=1e-3: eps dominates var, so where it goes shows",
+         d_model=8, eps=1e-3, weight=gain(8), bias=bias(8), in_features=normal(3, 8, scale=1e-3)),
+    # float32 x near 500 is stored to 3e-5, so a correct float32 mean is off by about that: atol 1e-4.
+    # One-pass E[x^2] - E[x]^2 loses about 0.5% of the variance here, 25 times more.
+    case("run_layernorm", "offset-500", "x about 500 +- 3 in every slice: E[x^2] - E[x]^2 cancels in float32",
+         tolerance=(1e-4, 1e-4), d_model=12, weight=gain(12), bias=bias(12), in_features=normal(4, 12, scale=3.0, offset=500.0)),
+    case("run_layernorm", "fp16-large", "float16 x of magnitude about 300: (x - mean)^2 overflows fp16",
+         tolerance=(1e-3, 2e-3), d_model=8, weight=normal(8, scale=0.3, offset=1.0, dtype="float16"),
+         bias=normal(8, scale=0.3, dtype="float16"), in_features=normal(2, 8, scale=300.0, dtype="float16")),
+    case("run_layernorm", "bf16-input-fp32-params", "bfloat16 x with float32 weight and bias: the output is bfloat16",
+         tolerance=(1e-2, 1.6e-2), d_model=8, weight=gain(8), bias=bias(8), in_features=normal(3, 8, dtype="bfloat16")),
+    case("run_layernorm", "noncontiguous-3d", "x [3, 5, 8] is a view with its first two axes swapped",
+         d_model=8, weight=gain(8), bias=bias(8), in_features=normal(3, 5, 8, layout="heads")),
+    case("run_layernorm", "hidden-wide", "", hidden=True,
+         d_model=16, eps=1e-6, weight=gain(16), bias=bias(16), in_features=normal(2, 4, 16, scale=0.5)),
+
+    # ---- run_gelu: the exact form, and tanh only when asked
+    case("run_gelu", "3d", "[2, 3, 4], exact", in_features=normal(2, 3, 4, scale=3.0)),
+    case("run_gelu", "tanh-1d", "[9], approximate='tanh'", in_features=normal(9, scale=3.0), approximate="tanh"),
+    case("run_gelu", "wide-range", "[5, 7], |x| up to about 20", in_features=normal(5, 7, scale=8.0)),
+    case("run_gelu", "hidden-4d", "", hidden=True, in_features=normal(2, 1, 2, 3, scale=3.0)),
+    raises("run_gelu", "unknown-approximate", "approximate='sigmoid' is neither 'none' nor 'tanh'",
+           in_features=normal(4), approximate="sigmoid"),
+
+    # ---- run_gpt2_mlp: biases, GELU form, d_ff given
+    case("run_gpt2_mlp", "3d", "d_model=8, d_ff=20, x [2, 3, 8]",
+         d_model=8, d_ff=20, c_fc_weight=weight(20, 8), c_fc_bias=bias(20), c_proj_weight=weight(8, 20),
+         c_proj_bias=bias(8), in_features=normal(2, 3, 8)),
+    case("run_gpt2_mlp", "tanh-1d", "x [10], d_ff=12, approximate='tanh' (GPT-2's GELU)",
+         d_model=10, d_ff=12, c_fc_weight=weight(12, 10), c_fc_bias=bias(12), c_proj_weight=weight(10, 12),
+         c_proj_bias=bias(10), in_features=normal(10), approximate="tanh"),
+    case("run_gpt2_mlp", "noncontiguous", "x is a transposed view [6, 8]",
+         d_model=8, d_ff=12, c_fc_weight=weight(12, 8), c_fc_bias=bias(12), c_proj_weight=weight(8, 12),
+         c_proj_bias=bias(8), in_features=normal(6, 8, layout="transposed")),
+    case("run_gpt2_mlp", "hidden-wide", "", hidden=True,
+         d_model=12, d_ff=40, c_fc_weight=weight(40, 12), c_fc_bias=bias(40), c_proj_weight=weight(12, 40),
+         c_proj_bias=bias(12), in_features=normal(2, 5, 12)),
+
+    # ---- run_grouped_query_attention: groups > 1 (repeat_interleave), MQA, plain MHA, RoPE
+    case("run_grouped_query_attention", "gqa-8-2", "8 query heads share 2 kv heads (groups of 4), d_k=3, batch 4 != seq 5",
+         d_model=24, num_heads=8, num_kv_heads=2, q_proj_weight=weight(24, 24), k_proj_weight=weight(6, 24),
+         v_proj_weight=weight(6, 24), o_proj_weight=weight(24, 24), in_features=normal(4, 5, 24)),
+    case("run_grouped_query_attention", "mqa", "multi-query: 4 query heads, 1 kv head, x [7, 20] (no batch)",
+         equal=("d_head=d_kv",),
+         d_model=20, num_heads=4, num_kv_heads=1, q_proj_weight=weight(20, 20), k_proj_weight=weight(5, 20),
+         v_proj_weight=weight(5, 20), o_proj_weight=weight(20, 20), in_features=normal(7, 20)),
+    case("run_grouped_query_attention", "mha", "num_kv_heads == num_heads == 3: plain multi-head attention",
+         equal=("d_kv=d_model", "heads=kv_heads"),
+         d_model=12, num_heads=3, num_kv_heads=3, q_proj_weight=weight(12, 12), k_proj_weight=weight(12, 12),
+         v_proj_weight=weight(12, 12), o_proj_weight=weight(12, 12), in_features=normal(2, 5, 12)),
+    case("run_grouped_query_attention", "rope-gapped-positions",
+         "RoPE (theta=500), 6 query heads in groups of 2, positions [2, 7] gapped, repeated, unsorted",
+         tolerance=rope_tolerance, d_model=24, num_heads=6, num_kv_heads=3, q_proj_weight=weight(24, 24),
+         k_proj_weight=weight(12, 24), v_proj_weight=weight(12, 24), o_proj_weight=weight(24, 24),
+         in_features=normal(2, 7, 24), theta=500.0, max_seq_len=64,
+         token_positions=given([[0, 9, 9, 3, 40, 1, 17], [60, 2, 33, 34, 5, 5, 11]])),
+    case("run_grouped_query_attention", "rope-default-positions", "RoPE with token_positions=None (0..seq-1), 4d x",
+         tolerance=rope_tolerance, d_model=32, num_heads=4, num_kv_heads=2, q_proj_weight=weight(32, 32),
+         k_proj_weight=weight(16, 32), v_proj_weight=weight(16, 32), o_proj_weight=weight(32, 32),
+         in_features=normal(3, 1, 6, 32), theta=10000.0, max_seq_len=24, token_positions=None),
+    case("run_grouped_query_attention", "hidden-rope", "", hidden=True, tolerance=rope_tolerance,
+         d_model=40, num_heads=4, num_kv_heads=2, q_proj_weight=weight(40, 40), k_proj_weight=weight(20, 40),
+         v_proj_weight=weight(20, 40), o_proj_weight=weight(40, 40), in_features=normal(3, 7, 40),
+         theta=10000.0, max_seq_len=32, token_positions=given([4, 0, 30, 12, 12, 7, 1])),
+
+    # ---- run_gpt2_block: pre-LN, biases everywhere, eps passed through
+    case("run_gpt2_block", "block", "d_model=24, 4 heads, d_ff=40, batch 2 != seq 7",
+         d_model=24, num_heads=4, d_ff=40, weights=gpt2_block_weights(24, 40), in_features=normal(2, 7, 24)),
+    case("run_gpt2_block", "eps-1e-3", "eps=1e-3, 2 heads, batch 3 != seq 5",
+         d_model=8, num_heads=2, d_ff=20, eps=1e-3, weights=gpt2_block_weights(8, 20), in_features=normal(3, 5, 8)),
+    case("run_gpt2_block", "hidden-block", "", hidden=True,
+         d_model=12, num_heads=3, d_ff=16, weights=gpt2_block_weights(12, 16), in_features=normal(2, 5, 12)),
+
+    # ---- run_gpt2_lm: learned positions, tied head
+    case("run_gpt2_lm", "full-context", "V=40, T=12, d_model=24, 2 layers, 4 heads; ids [2, 12] fill the context",
+         tolerance=(1e-4, 1e-4), vocab_size=40, context_length=12, d_model=24, num_layers=2, num_heads=4, d_ff=36,
+         weights=gpt2_lm_weights(40, 12, 24, 2, 36), in_indices=ints(2, 12, high=40)),
+    case("run_gpt2_lm", "truncated", "one layer, ids [2, 5]: fewer tokens than context_length=10",
+         tolerance=(1e-4, 1e-4), vocab_size=30, context_length=10, d_model=12, num_layers=1, num_heads=3, d_ff=20,
+         weights=gpt2_lm_weights(30, 10, 12, 1, 20), in_indices=ints(2, 5, high=30)),
+    case("run_gpt2_lm", "hidden-lm", "", hidden=True, tolerance=(1e-4, 1e-4),
+         vocab_size=25, context_length=9, d_model=8, num_layers=1, num_heads=2, d_ff=12,
+         weights=gpt2_lm_weights(25, 9, 8, 1, 12), in_indices=ints(3, 7, high=25)),
+    raises("run_gpt2_lm", "longer-than-context", "seq 7 > context_length 6: there is no position vector for it",
+           vocab_size=10, context_length=6, d_model=8, num_layers=1, num_heads=2, d_ff=12,
+           weights=gpt2_lm_weights(10, 6, 8, 1, 12), in_indices=ints(1, 7, high=10)),
+]
+
 ACCOUNTING = [
     case("run_transformer_accounting", "gpt2-xl", "GPT-2 XL shape (V=50257, T=1024, L=48, d=1600, H=25, d_ff=6400)",
          vocab_size=50257, context_length=1024, d_model=1600, num_layers=48, num_heads=25, d_ff=6400),
@@ -397,7 +511,28 @@ ACCOUNTING = [
          vocab_size=40, context_length=12, d_model=24, num_layers=2, num_heads=4, d_ff=36),
     case("run_transformer_accounting", "hidden-config", "", hidden=True,
          vocab_size=32000, context_length=2048, d_model=1024, num_layers=16, num_heads=16, d_ff=2816),
+    case("run_transformer_accounting", "llama2-70b-gqa",
+         "Llama 2 70B shape with GQA (64 query heads, 8 kv heads), 4 sequences of 4096, bfloat16 cache",
+         vocab_size=32000, context_length=4096, d_model=8192, num_layers=80, num_heads=64, d_ff=28672,
+         num_kv_heads=8, batch_size=4, kv_cache_dtype="bfloat16"),
+    case("run_transformer_accounting", "tinystories-mqa", "TinyStories shape with multi-query attention, float16 cache",
+         vocab_size=10000, context_length=256, d_model=512, num_layers=4, num_heads=16, d_ff=1344,
+         num_kv_heads=1, batch_size=32, kv_cache_dtype="float16"),
+    case("run_transformer_accounting", "hidden-gqa", "", hidden=True,
+         vocab_size=50000, context_length=2048, d_model=2048, num_layers=24, num_heads=32, d_ff=5632,
+         num_kv_heads=4, batch_size=8, kv_cache_dtype="bfloat16"),
+    case("run_gpt2_accounting", "gpt2-small", "GPT-2 small (V=50257, T=1024, d=768, 12 layers, 12 heads, d_ff=3072)",
+         vocab_size=50257, context_length=1024, d_model=768, num_layers=12, num_heads=12, d_ff=3072),
+    case("run_gpt2_accounting", "gpt2-medium-bf16", "GPT-2 medium (d=1024, 24 layers, 16 heads), 8 sequences, bfloat16 cache",
+         vocab_size=50257, context_length=1024, d_model=1024, num_layers=24, num_heads=16, d_ff=4096,
+         batch_size=8, kv_cache_dtype="bfloat16"),
+    case("run_gpt2_accounting", "fixture-lm", "the config of the run_gpt2_lm fixtures, 2 sequences, float16 cache",
+         vocab_size=40, context_length=12, d_model=24, num_layers=2, num_heads=4, d_ff=36,
+         batch_size=2, kv_cache_dtype="float16"),
+    case("run_gpt2_accounting", "hidden-xl", "", hidden=True,
+         vocab_size=50257, context_length=1024, d_model=1600, num_layers=48, num_heads=25, d_ff=6400,
+         batch_size=3, kv_cache_dtype="bfloat16"),
 ]
 
-CATALOGUE: list[Spec] = UNIT_2_1 + UNIT_2_2 + UNIT_2_5 + MODEL + ACCOUNTING
+CATALOGUE: list[Spec] = UNIT_2_1 + UNIT_2_2 + UNIT_2_5 + MODEL + GPT2 + ACCOUNTING
 

@@ -258,6 +258,10 @@ def contract_render(root: Path, args) -> int:
     theirs = {} if instructor else {root / "adapters.py": render_adapters("student")}  # a student may edit the glue
     theirs.update({root / "student" / f"{m}.py": render_stub(m) for m in sorted({a.impl_module for a in ADAPTERS.values()})})
     problems = []
+    if instructor:
+        from harness.case_rules import problems as case_problems
+        from harness.catalogue import CATALOGUE
+        problems += [f"catalogue: {p}" for p in case_problems(CATALOGUE)]
     for path, text in [*generated.items(), *theirs.items()]:
         rel = path.relative_to(root)
         if path.exists() and path.read_text() == text:
@@ -285,7 +289,8 @@ def contract_render(root: Path, args) -> int:
             path.write_text(text)
     for line in problems:
         print(line)
-    return 1 if args.check and any(not p.startswith(("rendered", "kept")) for p in problems) else 0
+    failed = any(p.startswith("catalogue: ") for p in problems)
+    return 1 if failed or args.check and any(not p.startswith(("rendered", "kept")) for p in problems) else 0
 
 
 def only_stubs(source: str) -> bool:

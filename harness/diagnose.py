@@ -203,6 +203,9 @@ def _broadcast(a: int, b: int, case, inputs: dict) -> str | None:
     if not all(len(n) == 1 for n in names):
         return None  # ambiguous sizes: say nothing rather than guess
     first, second = names[0][0], names[1][0]
+    if "heads" in (first, second) and case.args.get("num_kv_heads") is not None:
+        return ("the kv heads were expanded to the wrong number of heads: repeat each of the num_kv_heads heads "
+                "num_heads / num_kv_heads times (the group size comes from the head counts, not from d_model)")
     if {first, second} == {"batch", "heads"} and inputs.get("token_positions") is not None:
         return ("token_positions [batch, seq] broadcast against [batch, heads, seq, d_k], so batch meets heads; "
                 "add the heads axis: token_positions.unsqueeze(-2)")

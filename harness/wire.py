@@ -71,7 +71,10 @@ def _encode(value, tensors: dict):
             raise TypeError(f"complex tensors ({t.dtype}) cannot be sent; return a real tensor")
         perm = _layout(t)
         key = f"t{len(tensors)}"
-        tensors[key] = t.permute(perm).contiguous().cpu() if perm else t.contiguous().cpu()
+        sent = t.permute(perm).contiguous().cpu() if perm else t.contiguous().cpu()
+        if any(s.untyped_storage().data_ptr() == sent.untyped_storage().data_ptr() for s in tensors.values()):
+            sent = sent.clone()  # safetensors refuses shared memory: a tied weight under two state_dict names
+        tensors[key] = sent
         return {"$t": key, "perm": perm, "grad": value.requires_grad}
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):

@@ -21,7 +21,7 @@ from einops import rearrange, reduce
 from torch import nn
 
 import reference.adapters as ref
-from reference import accounting, attention, embeddings as emb, model, rope
+from reference import accounting, attention, embeddings as emb, gpt2, model, rope
 
 
 @dataclass
@@ -515,8 +515,8 @@ _reference_accounting = accounting.transformer_accounting  # the patch replaces 
 
 
 def _accounting(adjust):
-    def counts(vocab_size, context_length, d_model, num_layers, num_heads, d_ff):
-        c = _reference_accounting(vocab_size, context_length, d_model, num_layers, num_heads, d_ff)
+    def counts(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, **extra):
+        c = _reference_accounting(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, **extra)
         adjust(c, vocab_size, context_length, d_model, num_layers)
         for kind in ("params", "flops"):
             c[f"{kind}.total"] = sum(v for k, v in c.items() if k.startswith(kind + ".") and not k.endswith("total"))
@@ -634,6 +634,152 @@ register("rmsnorm_returns_module_dtype", "RMSNorm returns the weights' dtype, no
 register("linear_without_transpose", "Linear computes x @ W without the transpose",
          hint="a linear layer computing x @ W without the transpose; W is [d_out, d_in], so y = x @ W.T",
          named_by="without its transpose", attention__Linear=_set(_Linear, transpose=False))
+
+# ================================================================ from GPT-2 to modern models
+
+class _LayerNorm(gpt2.LayerNorm):
+    """LayerNorm with a knob per known mistake; the correct settings match the reference."""
+    unbiased, eps_outside, use_bias, axis, center, one_pass = False, False, True, -1, True, False
+
+    def forward(self, x):
+        wide = x.float()
+        mean = wide.mean(dim=self.axis, keepdim=True) if self.center else 0.0
+        if self.one_pass:
+            var = wide.pow(2).mean(dim=self.axis, keepdim=True) - mean ** 2
+        else:
+            var = wide.var(dim=self.axis, keepdim=True, unbiased=self.unbiased) if self.center else \
+                wide.pow(2).mean(dim=self.axis, keepdim=True)
+        scale = torch.sqrt(var) + self.eps if self.eps_outside else torch.sqrt(var + self.eps)
+        out = (wide - mean) / scale * self.weight
+        return (out + self.bias if self.use_bias else out).to(x.dtype)
+
+
+_reference_gelu = gpt2.gelu
+
+
+class _GPT2MLP(gpt2.GPT2MLP):
+    def forward(self, x):
+        return F.linear(gpt2.gelu(F.linear(x, self.c_fc.weight), self.approximate), self.c_proj.weight)
+
+
+class _GQA(gpt2.GroupedQueryAttention):
+    """Grouped-query attention with a knob per known mistake."""
+    rope_on_values, group_from_d_model = False, False
+
+    def forward(self, x, token_positions=None):
+        seq = x.shape[-2]
+        q = rearrange(self.q_proj(x), "... s (h d) -> ... h s d", h=self.num_heads)
+        k, v = (rearrange(p(x), "... s (h d) -> ... h s d", h=self.num_kv_heads) for p in (self.k_proj, self.v_proj))
+        if self.rope is not None:
+            positions = (torch.arange(seq, device=x.device) if token_positions is None else token_positions)
+            q, k = (self.rope(t, positions.unsqueeze(-2)) for t in (q, k))
+            v = self.rope(v, positions.unsqueeze(-2)) if self.rope_on_values else v
+        group = x.shape[-1] // self.num_kv_heads if self.group_from_d_model else self.num_heads // self.num_kv_heads
+        k, v = gpt2.expand_kv(k, group), gpt2.expand_kv(v, group)
+        causal = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
+        out = attention.scaled_dot_product_attention(q, k, v, causal)
+        return self.output_proj(rearrange(out, "... h s d -> ... s (h d)"))
+
+
+class _GPT2Block(gpt2.GPT2Block):
+    def forward(self, x):  # post-LN, as GPT-1 and the original Transformer
+        z = self.ln1(x + self.attn(x))
+        return self.ln2(z + self.mlp(z))
+
+
+class _GPT2LM(gpt2.GPT2LM):
+    final_norm, untied, residual_scale = True, False, True
+
+    def __init__(self, vocab_size, context_length, d_model, *args, **kwargs):
+        super().__init__(vocab_size, context_length, d_model, *args, **kwargs)
+        if self.untied:
+            self.lm_head = attention.Linear(d_model, vocab_size)
+            nn.init.normal_(self.lm_head.weight, 0.0, 0.02)
+        if not self.residual_scale:
+            for name, p in self.named_parameters():
+                if p.dim() == 2:
+                    nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, in_indices):
+        positions = torch.arange(in_indices.shape[-1], device=in_indices.device)
+        x = self.token_embeddings(in_indices) + self.position_embeddings(positions)
+        for layer in self.layers:
+            x = layer(x)
+        x = self.ln_final(x) if self.final_norm else x
+        return self.lm_head(x) if self.untied else x @ self.token_embeddings.weight.T
+
+
+_reference_gpt2_accounting = accounting.gpt2_accounting
+
+
+def _gpt2_accounting(adjust):
+    def counts(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, **extra):
+        c = _reference_gpt2_accounting(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, **extra)
+        adjust(c, vocab_size, context_length, d_model, num_layers, d_ff)
+        for kind in ("params", "flops"):
+            c[f"{kind}.total"] = sum(v for k, v in c.items() if k.startswith(kind + ".") and not k.endswith("total"))
+        return c
+    return counts
+
+
+register("layernorm_unbiased_variance", "LayerNorm with torch.var's default, the unbiased variance",
+         hint=("LayerNorm with the unbiased variance (torch.var's default divides by d_model - 1); use the biased "
+               "variance, mean((x - mean)^2), or var(unbiased=False)"),
+         gpt2__LayerNorm=_set(_LayerNorm, unbiased=True))
+register("layernorm_eps_outside_sqrt", "LayerNorm divides by sqrt(var) + eps",
+         hint="LayerNorm with eps outside the square root, sqrt(var) + eps; it goes inside: sqrt(var + eps)",
+         gpt2__LayerNorm=_set(_LayerNorm, eps_outside=True))
+register("layernorm_bias_dropped", "LayerNorm without its bias",
+         hint="LayerNorm without its bias; add `bias` after the gain", gpt2__LayerNorm=_set(_LayerNorm, use_bias=False))
+register("layernorm_wrong_axis", "LayerNorm normalises over the first axis",
+         hint="LayerNorm over the wrong axis; normalise over the last (d_model) axis",
+         gpt2__LayerNorm=_set(_LayerNorm, axis=0))
+register("layernorm_one_pass_variance", "LayerNorm variance as E[x^2] - E[x]^2 in float32",
+         hint=("a one-pass variance, E[x^2] - E[x]^2, which cancels catastrophically in float32 when |mean| >> std; "
+               "subtract the mean first, then average the squares"),
+         gpt2__LayerNorm=_set(_LayerNorm, one_pass=True))
+register("layernorm_without_mean", "RMSNorm where LayerNorm is asked: the mean is not subtracted",
+         hint="RMSNorm in place of LayerNorm: subtract the mean, then divide by the standard deviation",
+         gpt2__LayerNorm=_set(_LayerNorm, center=False))
+register("gelu_tanh_for_exact", "GELU by the tanh approximation where the exact form is asked",
+         hint="GELU by its tanh approximation where approximate='none' asks for the exact erf form",
+         gpt2__gelu=lambda x, approximate="none": _reference_gelu(x, "tanh"))
+register("gelu_approximate_ignored", "GELU ignores approximate='tanh'",
+         hint="GELU that ignores approximate='tanh' and always computes the exact erf form",
+         gpt2__gelu=lambda x, approximate="none": _reference_gelu(x))
+register("gpt2_mlp_biases_dropped", "the GPT-2 MLP holds its biases but never adds them",
+         hint="the GPT-2 MLP without its biases: c_fc and c_proj both add theirs",
+         gpt2__GPT2MLP=_GPT2MLP)
+register("gqa_repeat_not_interleave", "kv heads expanded with repeat: query head h reads kv head h % num_kv_heads",
+         hint=("kv heads expanded with repeat (query head h reads kv head h % num_kv_heads); use repeat_interleave, "
+               "so query head h reads kv head h // (num_heads / num_kv_heads)"),
+         gpt2__expand_kv=lambda t, group: t.repeat(*[1] * (t.dim() - 3), group, 1, 1))
+register("gqa_rope_on_values", "RoPE applied to V as well as Q and K",
+         hint="RoPE applied to V; it rotates only Q and K", gpt2__GroupedQueryAttention=_set(_GQA, rope_on_values=True))
+register("gqa_group_from_d_model", "GQA group size d_model // num_kv_heads instead of num_heads // num_kv_heads",
+         named_by="the group size comes from the head counts",
+         gpt2__GroupedQueryAttention=_set(_GQA, group_from_d_model=True))
+register("gpt2_block_post_ln", "post-LN GPT-2 block (GPT-1 / original Transformer order)",
+         hint="a post-LN block (GPT-1's order); GPT-2 is pre-LN: x + Attn(LayerNorm(x))", gpt2__GPT2Block=_GPT2Block)
+register("gpt2_lm_no_final_norm", "the GPT-2 LM skips the final LayerNorm",
+         hint="the final LayerNorm (ln_final) left out before the tied LM head", gpt2__GPT2LM=_set(_GPT2LM, final_norm=False))
+register("gpt2_lm_untied_head", "the GPT-2 LM has its own lm_head matrix", named_by="tied",
+         gpt2__GPT2LM=_set(_GPT2LM, untied=True))
+register("gpt2_init_residual_unscaled", "GPT-2 init without the 1/sqrt(2 num_layers) residual scale",
+         named_by="0.02/sqrt(2*num_layers)", gpt2__GPT2LM=_set(_GPT2LM, residual_scale=False))
+register("gpt2_accounting_head_counted", "the tied GPT-2 head counted as a second matrix",
+         hint="the tied LM head counted as its own vocab_size x d_model matrix; it is the token embedding",
+         accounting__gpt2_accounting=_gpt2_accounting(lambda c, V, T, d, L, f: c.update({"params.lm_head": V * d})))
+register("gpt2_accounting_no_biases", "GPT-2 parameters counted without the linear biases",
+         hint="GPT-2's linear biases left out of the parameter count",
+         accounting__gpt2_accounting=_gpt2_accounting(lambda c, V, T, d, L, f: c.update(
+             {"params.attention": L * 4 * d * d, "params.mlp": L * 2 * d * f})))
+register("accounting_kv_heads_ignored", "GQA accounting counts K and V projections d_model wide",
+         hint="K and V projections counted d_model wide; with num_kv_heads they are num_kv_heads * d_k wide",
+         accounting__transformer_accounting=lambda *a, num_kv_heads=None, **k: _reference_accounting(*a, **k))
+register("kv_cache_dtype_ignored", "the KV cache counted at 4 bytes a value whatever its dtype",
+         hint="a KV cache counted in float32 whatever kv_cache_dtype says (bfloat16 and float16 take 2 bytes)",
+         accounting__transformer_accounting=lambda *a, kv_cache_dtype="float32", **k: _reference_accounting(*a, **k))
 
 # ================================================================ correct alternatives
 
@@ -839,3 +985,65 @@ class _RotationRoPE(nn.Module):
 
 register("rope_rotation_matrices", "RoPE as a table of 2x2 rotation matrices", correct=True,
          rope__RotaryPositionalEmbedding=_RotationRoPE)
+
+
+# ---- GPT-2 side with torch's own pieces: F.layer_norm, F.gelu, nn.Linear, SDPA with enable_gqa
+
+class _TorchLayerNorm(gpt2.LayerNorm):
+    def forward(self, x):
+        return F.layer_norm(x.float(), x.shape[-1:], self.weight.float(), self.bias.float(), self.eps).to(x.dtype)
+
+
+class _NNLinearMLP(gpt2.GPT2MLP):
+    def __init__(self, d_model, d_ff, approximate="none", device=None, dtype=None):
+        nn.Module.__init__(self)
+        self.approximate = approximate
+        self.c_fc, self.c_proj = nn.Linear(d_model, d_ff, device=device), nn.Linear(d_ff, d_model, device=device)
+        nn.init.zeros_(self.c_fc.bias), nn.init.zeros_(self.c_proj.bias)  # as nanoGPT's _init_weights
+
+    def forward(self, x):
+        return self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate))
+
+
+class _SdpaGQA(gpt2.GroupedQueryAttention):
+    def forward(self, x, token_positions=None):
+        *lead, seq, d = x.shape
+        q = self.q_proj(x).view(*lead, seq, self.num_heads, -1).transpose(-2, -3)
+        k, v = (p(x).view(*lead, seq, self.num_kv_heads, -1).transpose(-2, -3) for p in (self.k_proj, self.v_proj))
+        if self.rope is not None:
+            positions = torch.arange(seq, device=x.device) if token_positions is None else token_positions
+            q, k = self.rope(q, positions.unsqueeze(-2)), self.rope(k, positions.unsqueeze(-2))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return self.output_proj(out.transpose(-2, -3).reshape(*lead, seq, d))
+
+
+def _expand_reshape(t, group):
+    """kv heads expanded with a broadcast view and a reshape: [.., kv, 1, s, d] -> [.., kv * group, s, d]."""
+    return t.unsqueeze(-3).expand(*t.shape[:-2], group, *t.shape[-2:]).flatten(-4, -3)
+
+
+register("torch_gpt2_pieces", "F.layer_norm, nn.Linear + F.gelu MLP, SDPA(enable_gqa=True)", correct=True,
+         gpt2__LayerNorm=_TorchLayerNorm, gpt2__GPT2MLP=_NNLinearMLP, gpt2__GroupedQueryAttention=_SdpaGQA,
+         gpt2__gelu=lambda x, approximate="none": F.gelu(x, approximate=approximate))
+register("gqa_expand_reshape", "kv heads expanded by a broadcast view and reshape", correct=True,
+         gpt2__expand_kv=_expand_reshape)
+
+
+class _TiedHeadModuleLM(gpt2.GPT2LM):
+    """nanoGPT's way: an lm_head module whose weight is the token embedding (one Parameter, two names)."""
+
+    def __init__(self, vocab_size, context_length, d_model, *args, **kwargs):
+        super().__init__(vocab_size, context_length, d_model, *args, **kwargs)
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
+        self.lm_head.weight = self.token_embeddings.weight
+
+    def forward(self, in_indices):
+        positions = torch.arange(in_indices.shape[-1], device=in_indices.device)
+        x = self.token_embeddings(in_indices) + self.position_embeddings(positions)
+        for layer in self.layers:
+            x = layer(x)
+        return self.lm_head(self.ln_final(x))
+
+
+register("tied_head_module", "a tied lm_head module sharing token_embeddings.weight (nanoGPT's style)",
+         correct=True, gpt2__GPT2LM=_TiedHeadModuleLM)

@@ -22,6 +22,12 @@ EDITED = {
     "no_scale": ("attention.py", "/ math.sqrt(Q.shape[-1])", ""),
     "syntax_error": ("attention.py", "def silu(", "def silu(:\ndef _("),
 }
+# the reference pieces each edit changes (names as reference/variants.py patches them), the function
+# that owns them; what else may lose points is derived from which tests use the pieces
+EDITED_PIECES = {"half_split_rope": {"rope.RotaryPositionalEmbedding"},
+                 "no_scale": {"attention.scaled_dot_product_attention", "attention.MultiHeadSelfAttention"}}
+OWNER = {"half_split_rope": "run_rope", "no_scale": "run_scaled_dot_product_attention"}
+ACCOUNTING_PIECES = {"accounting.transformer_accounting"}  # what HANGS and EXITS edit
 # on top of no_scale: attention's causal mask is made without device=
 MASK_ON_CPU = ("attention.py", "dtype=torch.bool, device=x.device).tril()", "dtype=torch.bool).tril()")
 # accounting hangs once for GPT-2 XL (a file in its scratch folder says it did), and ends its

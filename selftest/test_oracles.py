@@ -3,7 +3,7 @@
 import torch
 import torch.nn.functional as F
 
-from reference import attention, model
+from reference import attention, gpt2, model
 
 
 def randn(*shape, seed=0):
@@ -51,3 +51,24 @@ def test_silu_and_softmax_match_torch():
     assert torch.allclose(attention.silu(x), F.silu(x), atol=1e-12)
     for dim in (0, 1, -1):
         assert torch.allclose(attention.softmax(x + 500, dim), torch.softmax(x, dim), atol=1e-12)
+
+
+def test_layernorm_and_gelu_match_torch():
+    ours, theirs = gpt2.LayerNorm(8, eps=1e-3).double(), torch.nn.LayerNorm(8, eps=1e-3).double()
+    with torch.no_grad():
+        ours.weight.copy_(randn(8, seed=5)), ours.bias.copy_(randn(8, seed=6))
+        theirs.weight.copy_(ours.weight), theirs.bias.copy_(ours.bias)
+    x = randn(3, 4, 8) * 3 + 7
+    assert torch.allclose(ours(x), theirs(x), atol=1e-12)
+    for form in ("none", "tanh"):
+        assert torch.allclose(gpt2.gelu(x, form), F.gelu(x, approximate=form), atol=1e-12)
+
+
+def test_grouped_query_attention_matches_torch_sdpa_enable_gqa():
+    gqa = gpt2.GroupedQueryAttention(24, 6, 2).double()
+    x = randn(2, 5, 24)
+    q = gqa.q_proj(x).view(2, 5, 6, 4).transpose(1, 2)
+    k, v = (p(x).view(2, 5, 2, 4).transpose(1, 2) for p in (gqa.k_proj, gqa.v_proj))
+    theirs = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    theirs = gqa.output_proj(theirs.transpose(1, 2).reshape(2, 5, 24))
+    assert torch.allclose(gqa(x), theirs, atol=1e-12)

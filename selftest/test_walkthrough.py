@@ -52,15 +52,16 @@ def added(tmp_path_factory):
 
 def test_walkthrough_has_its_steps():
     assert [p for p, _ in APPENDS] == ["harness/contract.py", "reference/attention.py", "harness/catalogue.py",
-                                      "reference/variants.py"]
+                                      "reference/variants.py"] + ["harness/contract.py", "reference/gpt2.py",
+                                                                  "harness/catalogue.py", "reference/variants.py"]
     assert any(c.startswith("python -m harness contract") for c in COMMANDS)
     assert any(c.startswith("python -m harness term new") for c in COMMANDS)
     assert "pytest selftest -n auto" in COMMANDS
 
 
-# The three checks of the new function, in one interpreter of the copy (each start costs
+# The checks of the two new functions, in one interpreter of the copy (each start costs
 # an import of torch): `contract --check`, then the suite against the reference and against
-# the new mistake. Prints {check: [exit code, output]} as JSON.
+# each new mistake. Prints {check: [exit code, output]} as JSON.
 CHECKS = """
 import contextlib, io, json, sys
 import pytest
@@ -72,12 +73,13 @@ def contract():
     except SystemExit as e:
         return e.code
 
-def suite(adapters, *extra):
-    return pytest.main(["-q", "-p", "no:cacheprovider", "--adapters", adapters, *extra, "-k", "run_gelu"])
+def suite(adapters, *extra, function="run_squared_relu,run_geglu"):
+    return pytest.main(["-q", "-p", "no:cacheprovider", "--adapters", adapters, *extra, "--function", function])
 
 results = {}
 for name, check in [("contract", contract), ("reference", lambda: suite("reference.adapters", "--hidden")),
-                    ("mistake", lambda: suite("reference.variants:gelu_tanh"))]:
+                    ("mistake", lambda: suite("reference.variants:relu_not_squared", function="run_squared_relu")),
+                    ("module mistake", lambda: suite("reference.variants:geglu_w1_w3_swapped", function="run_geglu"))]:
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         code = check()
@@ -96,19 +98,28 @@ def checked(added):
 def test_generated_files_are_up_to_date(added, checked):
     code, output = checked["contract"]
     assert code == 0, output
-    assert "def run_gelu(" in (added / "adapters.py").read_text()
-    assert "def gelu(" in (added / "student" / "attention.py").read_text()
-    assert "`gelu_tanh`" in (added / "MISTAKES.md").read_text()
+    assert "def run_squared_relu(" in (added / "adapters.py").read_text()
+    assert "def run_geglu(" in (added / "adapters.py").read_text()
+    assert "def squared_relu(" in (added / "student" / "attention.py").read_text()
+    assert "class GeGLU(nn.Module):" in (added / "student" / "gpt2.py").read_text()
+    assert "`relu_not_squared`" in (added / "MISTAKES.md").read_text()
+    assert "`geglu_w1_w3_swapped`" in (added / "MISTAKES.md").read_text()
 
 
 def test_reference_passes_the_new_functions_public_and_hidden_tests(checked):
     code, output = checked["reference"]
     assert code == 0, output[-3000:]
     passed = int(re.search(r"(\d+) passed", output).group(1))
-    assert passed >= 5  # output and gradient of each public case, the hidden one, the device probe
+    assert passed >= 9  # output and gradient of each public case, the hidden ones, the device probes
 
 
 def test_the_new_mistake_is_named_in_the_new_functions_report(checked):
     code, output = checked["mistake"]
     assert code == 1, output[-3000:]
-    assert "GELU by its tanh approximation" in output
+    assert "plain ReLU; run_squared_relu squares it" in output
+
+
+def test_the_module_mistake_is_named_in_its_report(checked):
+    code, output = checked["module mistake"]
+    assert code == 1, output[-3000:]
+    assert "W1 and W3 swapped in GEGLU" in output

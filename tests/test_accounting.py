@@ -29,3 +29,41 @@ def test_gpt2_xl_matches_the_closed_forms(adapters):
     assert counts["flops.total"] == flops, (
         f"flops.total {counts['flops.total']:.4g} != {flops:.4g} (ratio {counts['flops.total'] / flops:.3f}; "
         "0.5 means MACs were counted, not FLOPs = 2 per multiply-add)")
+
+
+LLAMA_LIKE = dict(vocab_size=32000, context_length=4096, d_model=4096, num_layers=32, num_heads=32, d_ff=11008)
+
+
+@adapter("run_transformer_accounting")
+@pytest.mark.parametrize("kv", [1, 8])
+def test_gqa_shrinks_the_kv_cache_by_the_group_size(adapters, kv):
+    mha = adapters.run_transformer_accounting(**LLAMA_LIKE)
+    gqa = adapters.run_transformer_accounting(**LLAMA_LIKE, num_kv_heads=kv)
+    assert mha == adapters.run_transformer_accounting(**LLAMA_LIKE, num_kv_heads=LLAMA_LIKE["num_heads"]), \
+        "num_kv_heads=None must count as num_kv_heads=num_heads"
+    ratio = mha["kv_cache.bytes_per_token"] / gqa["kv_cache.bytes_per_token"]
+    assert ratio == LLAMA_LIKE["num_heads"] / kv, (
+        f"with {kv} kv heads of {LLAMA_LIKE['num_heads']}, the cache per token should shrink "
+        f"{LLAMA_LIKE['num_heads'] // kv}x; yours shrinks {ratio:.3g}x")
+    assert gqa["flops.attention_scores"] == mha["flops.attention_scores"], \
+        "every query head still scores every key: GQA does not change flops.attention_scores"
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=adapter(n))
+                                  for n in ("run_transformer_accounting", "run_gpt2_accounting")])
+def test_kv_cache_scales_with_context_batch_and_dtype(adapters, name):
+    fn = getattr(adapters, name)
+    one = fn(**LLAMA_LIKE)
+    many = fn(**LLAMA_LIKE, batch_size=3, kv_cache_dtype="bfloat16")
+    assert one["kv_cache.bytes"] == one["kv_cache.bytes_per_token"] * LLAMA_LIKE["context_length"], \
+        "kv_cache.bytes is bytes_per_token x context_length x batch_size"
+    assert many["kv_cache.bytes"] * 2 == one["kv_cache.bytes"] * 3, \
+        "3 sequences in bfloat16 (2 bytes) take 3/2 the bytes of 1 sequence in float32 (4 bytes)"
+
+
+@adapter("run_gpt2_accounting")
+def test_gpt2_totals_are_the_sum_of_their_parts(adapters):
+    counts = adapters.run_gpt2_accounting(**{**LLAMA_LIKE, "d_ff": 4 * LLAMA_LIKE["d_model"]})
+    for kind in ("params", "flops"):
+        parts = sum(v for k, v in counts.items() if k.startswith(kind + ".") and k != f"{kind}.total")
+        assert counts[f"{kind}.total"] == parts, f"{kind}.total = {counts[f'{kind}.total']:,} but its parts sum to {parts:,}"

@@ -22,6 +22,7 @@ MODULE_CALLS = {  # builder, and the shape of the ids its forward takes
     "get_embedding": (lambda a: a.get_embedding(16, 4), (2, 3)),
     "get_sinusoidal_positions": (lambda a: a.get_sinusoidal_positions(64, 16), (5,)),
     "get_transformer_lm": (lambda a: a.get_transformer_lm(20, 8, 8, 2, 2, 12, 10000.0), (2, 5)),
+    "get_gpt2_lm": (lambda a: a.get_gpt2_lm(20, 8, 8, 2, 2, 12), (2, 5)),
 }
 
 

@@ -55,17 +55,24 @@ def test_parameter_count_matches_accounting(adapters):
     assert yours == count, f"your accounting says params.total={yours:,} but your model has {count:,}"
 
 
-@adapter("get_transformer_lm")
-def test_forward_matches_run_transformer_lm_fixture(adapters, term):
-    case = next(c for c in term.cases if c.function == "run_transformer_lm" and not c.hidden)
+@pytest.mark.parametrize("builder, function", [
+    pytest.param("get_transformer_lm", "run_transformer_lm", marks=adapter("get_transformer_lm")),
+    pytest.param("get_gpt2_lm", "run_gpt2_lm", marks=adapter("get_gpt2_lm")),
+])
+def test_forward_matches_the_lm_fixture(adapters, term, builder, function):
+    """The built model, with the fixture's weights loaded, gives the fixture's logits."""
+    case = next(c for c in term.cases if c.function == function and not c.hidden and c.check == "output")
     kwargs = term.inputs(case)
-    model = adapters.get_transformer_lm(**{k: v for k, v in case.args.items()})
+    model = getattr(adapters, builder)(**{k: v for k, v in case.args.items()})
+    weights = dict(kwargs["weights"])
+    if function == "run_gpt2_lm" and "lm_head.weight" in model.state_dict():  # a tied head module
+        weights["lm_head.weight"] = weights["token_embeddings.weight"]
     try:
-        model.load_state_dict(kwargs["weights"])
+        model.load_state_dict(weights)
     except RuntimeError as e:  # torch's message is long: keep the key lines
         keys = [line.strip()[:300] for line in str(e).splitlines() if "key(s)" in line or "size mismatch" in line]
         lines = [*(keys or [str(e)[:300]]), unregistered(model).strip()]
-        raise AssertionError("load_state_dict with the run_transformer_lm weights failed:\n  "
+        raise AssertionError(f"load_state_dict with the {function} weights failed:\n  "
                              + "\n  ".join(line for line in lines if line)) from None
     model.eval()
     with torch.no_grad():
@@ -73,7 +80,7 @@ def test_forward_matches_run_transformer_lm_fixture(adapters, term):
     expected = term.tensors(case)["out"]
     assert logits.shape == expected.shape, f"forward returned {list(logits.shape)}, expected {list(expected.shape)}"
     assert torch.allclose(logits, expected, atol=case.atol, rtol=case.rtol), (
-        "forward(in_indices) with the fixture weights loaded differs from run_transformer_lm's expected logits")
+        f"forward(in_indices) with the fixture weights loaded differs from {function}'s expected logits")
 
 
 @adapter("get_transformer_lm")

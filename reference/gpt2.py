@@ -1,0 +1,138 @@
+"""From GPT-2 to modern models reference: LayerNorm, GELU, the GPT-2 MLP, grouped-query
+attention, the GPT-2 block and LM (nanoGPT's model.py, with CS336 names)."""
+
+import math
+
+import torch
+from einops import rearrange
+from torch import nn
+
+# Referenced through their modules, so a variant that swaps one piece reaches every caller.
+from reference import attention, embeddings, rope
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, d_model: int, eps: float = 1e-5, device=None, dtype=None):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model, device=device, dtype=dtype))
+        self.bias = nn.Parameter(torch.zeros(d_model, device=device, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        wide = x.to(torch.promote_types(x.dtype, torch.float32))
+        centered = wide - wide.mean(dim=-1, keepdim=True)
+        var = centered.pow(2).mean(dim=-1, keepdim=True)  # biased, as nn.LayerNorm
+        return (centered / torch.sqrt(var + self.eps) * self.weight + self.bias).to(x.dtype)
+
+
+def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    if approximate == "none":
+        return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+    if approximate == "tanh":
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x.pow(3))))
+    raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
+
+
+class Linear(nn.Module):
+    """A linear layer with a bias (nn.Linear layout), initialised as nanoGPT: N(0, 0.02), bias 0."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features, device=device, dtype=dtype))
+        nn.init.normal_(self.weight, 0.0, 0.02)
+        self.bias = nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x @ self.weight.T
+        return y if self.bias is None else y + self.bias
+
+
+class GPT2MLP(nn.Module):
+    def __init__(self, d_model: int, d_ff: int, approximate: str = "none", device=None, dtype=None):
+        super().__init__()
+        self.approximate = approximate
+        self.c_fc = Linear(d_model, d_ff, device=device, dtype=dtype)
+        self.c_proj = Linear(d_ff, d_model, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(gelu(self.c_fc(x), self.approximate))
+
+
+def expand_kv(t: torch.Tensor, group: int) -> torch.Tensor:
+    """[..., kv_heads, seq, d] -> [..., kv_heads * group, seq, d]: query head h reads kv head h // group."""
+    return t.repeat_interleave(group, dim=-3)
+
+
+class GroupedQueryAttention(nn.Module):
+    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, max_seq_len: int | None = None,
+                 theta: float | None = None, bias: bool = False, device=None, dtype=None):
+        super().__init__()
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads}")
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
+        d_kv = num_kv_heads * (d_model // num_heads)
+        self.q_proj = Linear(d_model, d_model, bias, device=device, dtype=dtype)
+        self.k_proj = Linear(d_model, d_kv, bias, device=device, dtype=dtype)
+        self.v_proj = Linear(d_model, d_kv, bias, device=device, dtype=dtype)
+        self.output_proj = Linear(d_model, d_model, bias, device=device, dtype=dtype)
+        self.rope = None
+        if theta is not None:
+            self.rope = rope.RotaryPositionalEmbedding(theta, d_model // num_heads, max_seq_len, device=device)
+
+    def forward(self, x: torch.Tensor, token_positions: torch.Tensor | None = None) -> torch.Tensor:
+        seq = x.shape[-2]
+        q = rearrange(self.q_proj(x), "... s (h d) -> ... h s d", h=self.num_heads)
+        k, v = (rearrange(p(x), "... s (h d) -> ... h s d", h=self.num_kv_heads) for p in (self.k_proj, self.v_proj))
+        if self.rope is not None:
+            if token_positions is None:
+                token_positions = torch.arange(seq, device=x.device)
+            positions = token_positions.unsqueeze(-2)  # the same rotation for every head
+            q, k = self.rope(q, positions), self.rope(k, positions)
+        group = self.num_heads // self.num_kv_heads
+        k, v = expand_kv(k, group), expand_kv(v, group)
+        causal = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
+        out = attention.scaled_dot_product_attention(q, k, v, causal)
+        return self.output_proj(rearrange(out, "... h s d -> ... s (h d)"))
+
+
+class GPT2Block(nn.Module):
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, eps: float = 1e-5, device=None, dtype=None):
+        super().__init__()
+        self.ln1 = LayerNorm(d_model, eps, device=device, dtype=dtype)
+        self.attn = GroupedQueryAttention(d_model, num_heads, num_heads, bias=True, device=device, dtype=dtype)
+        self.ln2 = LayerNorm(d_model, eps, device=device, dtype=dtype)
+        self.mlp = GPT2MLP(d_model, d_ff, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = x + self.attn(self.ln1(x))
+        return z + self.mlp(self.ln2(z))
+
+
+class GPT2LM(nn.Module):
+    def __init__(self, vocab_size: int, context_length: int, d_model: int, num_layers: int,
+                 num_heads: int, d_ff: int, device=None, dtype=None):
+        super().__init__()
+        self.token_embeddings = embeddings.Embedding(vocab_size, d_model, device=device, dtype=dtype)
+        self.position_embeddings = embeddings.Embedding(context_length, d_model, device=device, dtype=dtype)
+        self.layers = nn.ModuleList(GPT2Block(d_model, num_heads, d_ff, device=device, dtype=dtype)
+                                    for _ in range(num_layers))
+        self.ln_final = LayerNorm(d_model, device=device, dtype=dtype)
+        self._init_nanogpt(num_layers)
+
+    @torch.no_grad()
+    def _init_nanogpt(self, num_layers: int) -> None:
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                residual = name.endswith(("attn.output_proj.weight", "mlp.c_proj.weight"))
+                p.normal_(0.0, 0.02 / math.sqrt(2 * num_layers) if residual else 0.02)
+
+    def forward(self, in_indices: torch.Tensor) -> torch.Tensor:
+        seq = in_indices.shape[-1]
+        context = self.position_embeddings.weight.shape[0]
+        if seq > context:
+            raise ValueError(f"sequence length {seq} exceeds context_length {context}")
+        positions = torch.arange(seq, device=in_indices.device)
+        x = self.token_embeddings(in_indices) + self.position_embeddings(positions)
+        for layer in self.layers:
+            x = layer(x)
+        return self.ln_final(x) @ self.token_embeddings.weight.T  # the tied LM head
