@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from harness.catalogue import CATALOGUE, Spec
+from harness.catalogue import CATALOGUE, Spec, twin
 from harness.diagnose import fingerprint
 from harness.checks import CHECKS, checks_for
 from harness.contract import ADAPTERS
@@ -29,7 +29,8 @@ def build_term(project: Path, name: str, seed: int, force: bool = False, skip_un
         shutil.rmtree(folder)
     reference = Adapters(REFERENCE)
     mistakes = [v for v in VARIANTS.values() if not v.correct]
-    built = [_build_case(reference, spec, seed, mistakes, skip_unreached) for spec in CATALOGUE]
+    specs = CATALOGUE + [twin(spec, seed) for spec in CATALOGUE if not spec.hidden]
+    built = [_build_case(reference, spec, seed, mistakes, skip_unreached) for spec in specs]
     public = [(c, t) for c, t in built if not c.hidden]
     hidden = [(c, t) for c, t in built if c.hidden]
     meta = {"term": name, "seed": seed, "torch": torch.__version__,

@@ -44,6 +44,7 @@ class Case:
     note: str = ""          # what this case is about, shown in failure reports
     diagnoses: list[str] = field(default_factory=list)  # known mistakes with a stored fingerprint
     file: str = ""
+    twin_of: str = ""       # a hidden twin: the name of the public case it repeats on fresh values
 
     @property
     def id(self) -> str:
