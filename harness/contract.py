@@ -77,6 +77,7 @@ class Adapter:
     points: float     # split evenly over the function's tests (public and hidden) for partial credit
     tolerance: tuple | Callable = DEFAULT_TOLERANCE
     stub: str = ""    # the student-side definition the glue calls, without a body ("" if another adapter's)
+    values_of: str = ""  # a module builder: the function whose values its forward gives (grading's proof)
 
     @property
     def signature(self) -> inspect.Signature:
@@ -92,12 +93,15 @@ class Adapter:
 ADAPTERS: dict[str, Adapter] = {}
 
 
-def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAULT_TOLERANCE, stub: str = ""):
+def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAULT_TOLERANCE, stub: str = "",
+            values_of: str = ""):
     """Declare one adapter: its unit, the student/ module and `glue` body the rendered
-    adapters use, its points, its output tolerance and its student stub."""
+    adapters use, its points, its output tolerance and its student stub. A module builder
+    names `values_of`, the function whose values its forward gives: in grading, its tests
+    earn points once that function passes a case on fresh values."""
     def register(spec):
         ADAPTERS[spec.__name__] = Adapter(spec.__name__, unit, spec, textwrap.dedent(glue).strip(), module,
-                                          points, tolerance, textwrap.dedent(stub).strip())
+                                          points, tolerance, textwrap.dedent(stub).strip(), values_of)
         return spec
     return register
 
@@ -255,7 +259,7 @@ def run_embed_with_positions(
 
 
 @adapter("2.1", "embeddings", "return impl.embeddings.Embedding(vocab_size, d_model)",
-         points=1, stub='''
+         points=1, values_of="run_embedding", stub='''
     class Embedding(nn.Module):
         def __init__(self, vocab_size: int, d_model: int):
 ''')
@@ -269,7 +273,7 @@ def get_embedding(vocab_size: int, d_model: int) -> torch.nn.Module:
 
 
 @adapter("2.1", "embeddings", "return impl.embeddings.SinusoidalPositions(max_len, d_model)",
-         points=1, stub='''
+         points=1, values_of="run_sinusoidal_positions", stub='''
     class SinusoidalPositions(nn.Module):
         def __init__(self, max_len: int, d_model: int):
 ''')
@@ -660,7 +664,7 @@ def run_transformer_accounting(
 @adapter("init", "model", """
     return impl.model.TransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta,
                                     init_scheme=init_scheme)
-""", points=4)
+""", points=4, values_of="run_transformer_lm")
 def get_transformer_lm(
     vocab_size: int,
     context_length: int,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from harness.compare import Mismatch
-from harness.plugin import ADAPTER, STATE, short_report
+from harness.plugin import ADAPTER, STATE, carries_points, short_report
 from harness.remote import Link, RemoteFunctions, StudentCodeError, WorkerFailure
 from harness.runtime import Adapters, ContractViolation
 from harness.sandbox import Protections, Sandbox
@@ -45,10 +45,18 @@ class Grading:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items):
+        twins = {}  # (function, public case name, check) -> the twin's test id
         for item in items:
-            case = getattr(item, "callspec", None) and item.callspec.params.get("fixture_check", (None,))[0]
+            case, check = getattr(item, "callspec", None) and item.callspec.params.get("fixture_check") or (None, "")
             self.tests[item.nodeid] = {"id": item.nodeid, "adapter": item.stash.get(ADAPTER, None),
-                                       "hidden": bool(case and case.hidden), "outcome": "not run", "message": ""}
+                                       "hidden": bool(case and case.hidden), "outcome": "not run", "message": "",
+                                       "check": check, "points": carries_points(item), "twin": ""}
+            if case and case.twin_of:
+                twins[case.function, case.twin_of, check] = item.nodeid
+        for item in items:  # what scoring needs: each public case's twin (grade.Graded.scores)
+            case, check = getattr(item, "callspec", None) and item.callspec.params.get("fixture_check") or (None, "")
+            if case and not case.hidden:
+                self.tests[item.nodeid]["twin"] = twins.get((case.function, case.name, check), "")
         items.sort(key=lambda item: self.tests[item.nodeid]["hidden"])  # stable: course order within each
 
     def _published(self, item, excinfo) -> str | None:

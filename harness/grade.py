@@ -62,10 +62,14 @@ class Test:
     hidden: bool
     outcome: str = "not run"
     message: str = ""
+    check: str = ""       # a fixture case's check ("output", "gradient", "raises"); "" for a property or probe
+    points: bool = True   # False: a twin (its public case holds the points) or a report-only verdict
+    twin: str = ""        # a public case's check: the id of the same check on its hidden twin
 
     @property
-    def must_raise(self) -> bool:
-        return self.id.endswith(":raises]")
+    def on_values(self) -> bool:
+        """Judged on its values against stored answers: an output or gradient check."""
+        return self.check in ("output", "gradient")
 
 
 @dataclass
@@ -78,20 +82,28 @@ class Graded:
     seconds: float = 0.0
 
     def scores(self) -> dict[str, tuple[float, float]]:
-        """Per test id: (score, max_score). A function's points split over its tests, summing exactly.
-        Must-raise cases earn points only beside a passing output case of the same function:
-        code that raises on every input has not earned them."""
+        """Per test id: (score, max_score). A function's points split over its tests that carry
+        points, summing exactly. Values the student has seen earn nothing alone: a public case
+        earns only when its hidden twin (the same case on fresh values) passes too, and every
+        other test (must-raise, properties, probes) only once an output case of the function
+        passes on fresh values (a hidden case); code that raises on every input, or answers
+        from the public fixtures, has not earned them."""
+        outcome = {t.id: t.outcome for t in self.tests}
+        works = {t.adapter for t in self.tests if t.hidden and t.check == "output" and t.outcome == "passed"}
         by_function: dict[str, list[Test]] = {}
         for t in self.tests:
             by_function.setdefault(t.adapter, []).append(t)
         out = {}
         for fn, tests in by_function.items():
             total = ADAPTERS[fn].points * UNITS if fn in ADAPTERS else 0
-            base, extra = divmod(total, len(tests))
-            works = any(t.outcome == "passed" and t.id.endswith(":output]") for t in tests)
-            for i, t in enumerate(tests):
-                share = (base + (i < extra)) / UNITS
-                earned = t.outcome == "passed" and (works or not t.must_raise)
+            scored = [t for t in tests if t.points]
+            base, extra = divmod(total, max(len(scored), 1))
+            proved = fn in works or (fn in ADAPTERS and ADAPTERS[fn].values_of in works)
+            shares = {t.id: (base + (i < extra)) / UNITS for i, t in enumerate(scored)}
+            for t in tests:
+                share = shares.get(t.id, 0.0)
+                earned = (t.outcome == "passed" and (not t.twin or outcome.get(t.twin) == "passed")
+                          and (t.on_values or proved))
                 out[t.id] = (share if earned else 0.0, share)
         return out
 
@@ -191,7 +203,8 @@ class Grader:
     def record(self, graded: Graded, result: dict) -> None:
         unrun = "not run: the submission ran out of time" if result.get("timed_out") else "not run"
         graded.tests = [Test(t["id"], t["adapter"], t["hidden"], t["outcome"],
-                             t["message"] or (unrun if t["outcome"] == "not run" else ""))
+                             t["message"] or (unrun if t["outcome"] == "not run" else ""),
+                             t["check"], t["points"], t["twin"])
                         for t in result["tests"]]
         graded.output = result["output"]
         if result.get("sandbox_failed"):
@@ -365,9 +378,7 @@ def results_json(graded: Graded, term: str) -> dict:
             "name": f"{fn}: {t.id.split('::')[-1]}",
             "score": round(score, 4), "max_score": round(max_score, 4),
             "status": "passed" if t.outcome == "passed" else "failed",
-            "output": (("Hidden test. " if t.hidden else "") + (t.message or (
-                "Passed, but a must-raise case earns its points only once an output case of this function "
-                "passes." if t.outcome == "passed" and score == 0 and max_score else "")))[:4000],
+            "output": (("Hidden test. " if t.hidden else "") + (t.message or _unearned(t, score, max_score)))[:4000],
             "visibility": "after_published" if t.hidden else "visible",
             "tags": [ADAPTERS[fn].unit] if fn in ADAPTERS else [],
         })
@@ -380,6 +391,21 @@ def results_json(graded: Graded, term: str) -> dict:
         "stdout_visibility": "hidden",
         "tests": tests,
     }
+
+
+def _unearned(t: Test, score: float, max_score: float) -> str:
+    """Why a passed test earned nothing, or what a test without points is for."""
+    if t.outcome != "passed":
+        return ""
+    if not max_score:
+        return ("Passed. Reported only: this verdict rests on what the code says about itself, so it "
+                "carries no points." if not t.check else "")
+    if score:
+        return ""
+    if t.twin:
+        return ("Passed, but a public case earns its points only when its hidden twin (the same case on "
+                "values you have not seen) passes too.")
+    return "Passed, but this test earns its points only once an output case of this function passes on hidden values."
 
 
 def junit_xml(graded: Graded) -> str:

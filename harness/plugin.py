@@ -64,6 +64,8 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "adapter(name): the contract function a test checks")
+    config.addinivalue_line("markers", "reports_only: the verdict rests on what the code reports about itself "
+                                       "(a probe in its own process, its own parameter listing): no points")
     settings = _settings(config)
     if settings is None:
         return  # not inside an assignment repository: stay out of the way
@@ -256,6 +258,8 @@ def pytest_collection_modifyitems(config, items):
             item.stash[ADAPTER] = name
     if progress is not None and state.get("filters") is not None:
         progress.totals = dict(Counter(item.stash[ADAPTER] for item in items if ADAPTER in item.stash))
+        progress.scored = dict(Counter(item.stash[ADAPTER] for item in items
+                                       if ADAPTER in item.stash and carries_points(item)))
     keep = [item for item in items if _selected(item, state)]
     if len(keep) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if item not in set(keep)])
@@ -265,6 +269,14 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: order.get(item.stash.get(ADAPTER, None), len(order)))
     for index, item in enumerate(items):
         item.stash[COURSE_INDEX] = index
+
+
+def carries_points(item) -> bool:
+    """Whether a test has a share of its function's points: a hidden twin's points are its
+    public case's, and a report-only verdict has none (README, "Grading")."""
+    callspec = getattr(item, "callspec", None)
+    case = callspec.params["fixture_check"][0] if callspec and "fixture_check" in callspec.params else None
+    return item.get_closest_marker("reports_only") is None and not (case and case.twin_of)
 
 
 def _selected(item, state) -> bool:
@@ -327,6 +339,7 @@ def pytest_runtest_makereport_tag(item, call):
     if ADAPTER in item.stash:
         report.adapter = item.stash[ADAPTER]
         report.course_index = item.stash.get(COURSE_INDEX, 0)
+        report.carries_points = carries_points(item)
     return report
 
 

@@ -2,6 +2,8 @@
 
 It shows what ran. A function whose tests did not all run says how many did not,
 and a unit is declared done only when every test of every function in it ran and passed.
+Points are split over the tests that carry points (not twins, not report-only probes), as
+grading splits them, and count a passed public test as if its hidden twin passes too.
 """
 
 import textwrap
@@ -20,28 +22,35 @@ class Progress:
         self.target = target
         self.pinned = pinned
         self.results: dict[str, Counter] = {}
+        self.earning: dict[str, Counter] = {}  # the same, for tests that carry points
         # Tests per function in the whole student suite; empty when the run collected
         # something else, and then no unit is ever declared done.
         self.totals: dict[str, int] = {}
+        self.scored: dict[str, int] = {}  # ... of them, those that carry points
         self.complete = complete
 
     def pytest_runtest_logreport(self, report):
         name = getattr(report, "adapter", None)
         if name and (report.when == "call" or report.failed):
-            self.record(name, report.outcome, getattr(report, "not_implemented", False))
+            self.record(name, report.outcome, getattr(report, "not_implemented", False),
+                        getattr(report, "carries_points", True))
 
     def pytest_sessionfinish(self, session):
         workeroutput = getattr(session.config, "workeroutput", None)
         if workeroutput is not None:  # an xdist worker: the controller renders the table
             workeroutput["harness_totals"] = self.totals
+            workeroutput["harness_scored"] = self.scored
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error):
         self.totals = getattr(node, "workeroutput", {}).get("harness_totals") or self.totals
+        self.scored = getattr(node, "workeroutput", {}).get("harness_scored") or self.scored
 
-    def record(self, adapter: str, outcome: str, not_implemented: bool) -> None:
+    def record(self, adapter: str, outcome: str, not_implemented: bool, carries_points: bool = True) -> None:
         key = "not implemented" if not_implemented else outcome
         self.results.setdefault(adapter, Counter())[key] += 1
+        if carries_points:
+            self.earning.setdefault(adapter, Counter())[key] += 1
 
     def status(self, adapter: str) -> str:
         counts = self.results[adapter]
@@ -77,7 +86,9 @@ class Progress:
                 counts = self.results[name]
                 ran = sum(counts.values())
                 unrun = self.unrun(name)
-                points = ADAPTERS[name].points * counts["passed"] / (ran + (unrun or 0))
+                earning = self.earning.get(name, Counter())
+                share = sum(earning.values()) + max(0, self.scored.get(name, 0) - sum(earning.values()))
+                points = ADAPTERS[name].points * earning["passed"] / share if share else 0.0
                 note = f"  {unrun} not run" if unrun else ""
                 note += f"  +{hidden[name]} hidden" if full and hidden.get(name) else ""
                 lines.append(f"  {name:<38} {self.status(name):<16} {counts['passed']:>3}/{ran:<3} tests "
@@ -90,8 +101,9 @@ class Progress:
                              "run `pytest` to see the unit as a whole")
         if hidden and full:
             lines += textwrap.wrap(f"Hidden cases exist and were not run here: {sum(hidden.values())} (the +N "
-                                   "column). They check the same contract with other sizes and values; passing "
-                                   "every public test here is not your grade.", 100, subsequent_indent="  ")
+                                   "column): every public case again on values you have not seen, and other "
+                                   "sizes. A public test earns its points only when its hidden twin passes too; "
+                                   "passing every public test here is not your grade.", 100, subsequent_indent="  ")
         elif hidden:
             lines.append("Hidden cases exist and were not run here; they count toward your grade.")
         return "\n".join(lines)
