@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from harness.case_rules import problems
-from harness.catalogue import CATALOGUE, Spec
+from harness.catalogue import CATALOGUE, Spec, twin
 from harness.diagnose import fingerprint
 from harness.checks import CHECKS, checks_for
 from harness.contract import ADAPTERS
@@ -33,16 +33,20 @@ def build_term(project: Path, name: str, seed: int, force: bool = False, skip_un
         raise ValueError("the catalogue breaks its rules:\n  " + "\n  ".join(broken))
     reference = Adapters(REFERENCE)
     mistakes = [v for v in VARIANTS.values() if not v.correct]
-    built = [_build_case(reference, spec, seed, mistakes, skip_unreached) for spec in CATALOGUE]
+    specs = CATALOGUE + [twin(spec, seed) for spec in CATALOGUE if not spec.hidden]
+    built = [_build_case(reference, spec, seed, mistakes, skip_unreached) for spec in specs]
     public = [(c, t) for c, t in built if not c.hidden]
     hidden = [(c, t) for c, t in built if c.hidden]
     meta = {"term": name, "seed": seed, "torch": torch.__version__,
             "built_by": f"python -m harness term new {name} --seed {seed}"}
     counts: dict[str, int] = {}
+    scored: dict[str, int] = {}  # the progress table's share of points that hidden cases hold
     for c, _ in hidden:
         counts[c.function] = counts.get(c.function, 0) + 1
+        if not c.twin_of:
+            scored[c.function] = scored.get(c.function, 0) + len(checks_for(c))
     hints = {v.name: v.hint for v in mistakes if v.hint}
-    write_term(folder, {**meta, "hidden_counts": counts, "hints": hints}, *_split(public))
+    write_term(folder, {**meta, "hidden_counts": counts, "scored_hidden": scored, "hints": hints}, *_split(public))
     write_term(folder / HIDDEN, meta, *_split(hidden))
     return folder
 

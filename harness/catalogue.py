@@ -4,9 +4,11 @@ A case names an adapter, its scalar arguments and how to generate each tensor
 argument. `python -m harness term new` runs the reference over this list and
 stores inputs, outputs, cotangents and gradients. Each case draws from its own
 generator, seeded from the term seed and the case id, so adding a case never
-changes another.
+changes another. The build adds a hidden twin of every public case (`twin`): the
+same case on values the students have never seen, which grading requires too.
 """
 
+import dataclasses
 import zlib
 from dataclasses import dataclass, field
 from typing import Callable
@@ -117,6 +119,7 @@ class Spec:
     tolerance: tuple | Callable | None = None  # (atol, rtol), a function of the inputs, or the adapter's
     hidden: bool = False
     equal: tuple = ()  # axis pairs whose equal sizes are the point of the case, "a=b" (harness/case_rules.py)
+    twin_of: str = ""  # a twin: the name of the public case it repeats on fresh values
 
     def case(self, generated: dict, inputs: list[str], grads: list[str]) -> Case:
         scalars = {k: v for k, v in self.args.items() if k not in generated}
@@ -126,7 +129,7 @@ class Spec:
         views = {path: gen.layout for path, gen in self.gens() if gen.layout}
         return Case(function=self.function, name=self.name, args=scalars, inputs=inputs, check=self.check,
                     atol=atol, rtol=rtol, grads=grads, grad_atol=grad_atol, grad_rtol=grad_rtol,
-                    views=views, hidden=self.hidden, note=self.note)
+                    views=views, hidden=self.hidden, note=self.note, twin_of=self.twin_of)
 
     def gens(self):
         """(input path, recipe) for every tensor argument, dict entries as "arg/key"."""
@@ -141,6 +144,35 @@ class Spec:
             elif isinstance(value, dict):
                 out[arg] = {k: gen.make(g) for k, gen in value.items()}
         return out
+
+
+# Sizes that no tensor argument depends on: a case without tensors (accounting) gets fresh ones.
+FREE_SIZES = ("vocab_size", "context_length", "num_layers", "d_ff")
+
+
+def twin(spec: Spec, seed: int) -> Spec:
+    """The hidden twin of a public case: the same function, shapes, arguments and note, on fresh
+    values. Random tensors come from the twin's own generator stream (its name differs); given
+    values are shuffled along their last axis; a case with no tensors gets fresh FREE_SIZES.
+    A stored answer to the public case is then no answer to its twin."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(f"{spec.function}/{spec.name}/twin".encode()))
+    args = dict(spec.args)
+    for arg, value in spec.args.items():
+        if isinstance(value, Gen) and value.kind == "given":
+            args[arg] = given(_shuffled(torch.tensor(value.params["values"]), g).tolist())
+    if not any(spec.gens()):
+        args.update({k: v + int(torch.randint(1, v // 4 + 2, (), generator=g))
+                     for k, v in spec.args.items() if k in FREE_SIZES})
+    return dataclasses.replace(spec, name=f"twin-{spec.name}", args=args, hidden=True, twin_of=spec.name)
+
+
+def _shuffled(t: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    """t with each last-axis row permuted; never t itself unless no permutation can differ."""
+    if t.dim() == 0 or t.shape[-1] < 2:
+        return t
+    order = torch.argsort(torch.rand(t.shape, generator=g), dim=-1)
+    out = torch.gather(t, -1, order)
+    return out if not torch.equal(out, t) else t.roll(1, -1)
 
 
 def case(function, name, note="", *, check="output", tolerance=None, hidden=False, equal=(), **args) -> Spec:

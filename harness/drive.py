@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from harness.compare import Mismatch
-from harness.plugin import ADAPTER, STATE, short_report
+from harness.plugin import ADAPTER, STATE, scoring_facts, short_report
 from harness.remote import Link, RemoteFunctions, StudentCodeError, WorkerFailure
 from harness.runtime import Adapters, ContractViolation
 from harness.sandbox import Protections, Sandbox
@@ -45,10 +45,8 @@ class Grading:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items):
-        for item in items:
-            case = getattr(item, "callspec", None) and item.callspec.params.get("fixture_check", (None,))[0]
-            self.tests[item.nodeid] = {"id": item.nodeid, "adapter": item.stash.get(ADAPTER, None),
-                                       "hidden": bool(case and case.hidden), "outcome": "not run", "message": ""}
+        for test_id, facts in scoring_facts(items).items():
+            self.tests[test_id] = {"id": test_id, **facts, "outcome": "not run", "message": ""}
         items.sort(key=lambda item: self.tests[item.nodeid]["hidden"])  # stable: course order within each
 
     def _published(self, item, excinfo) -> str | None:

@@ -34,7 +34,7 @@ from harness.cli import BadSetup
 from harness.contract import ADAPTERS
 from harness import wire
 from harness.report import code_hash
-from harness.scoring import split
+from harness.scoring import Result, scores
 from harness.sandbox import BASE_UID, Protections, Sandbox, kill_group, kill_uid
 from harness.store import Term
 
@@ -63,7 +63,9 @@ class Test:
     hidden: bool
     outcome: str = "not run"
     message: str = ""
-
+    check: str = ""       # a fixture case's check ("output", "gradient", "raises"); "" for a property or probe
+    points: bool = True   # False: a twin (its public case holds the points) or a report-only verdict
+    twin: str = ""        # a public case's check: the id of the same check on its hidden twin
 
 @dataclass
 class Graded:
@@ -77,14 +79,7 @@ class Graded:
 
     def scores(self) -> dict[str, tuple[float, float]]:
         """Per test id: (score, max_score), by the rule in harness/scoring.py (the progress table's too)."""
-        by_function: dict[str, list[Test]] = {}
-        for t in self.tests:
-            by_function.setdefault(t.adapter, []).append(t)
-        out = {}
-        for fn, tests in by_function.items():
-            points = ADAPTERS[fn].points if fn in ADAPTERS else 0
-            out.update(zip((t.id for t in tests), split(points, [(t.id, t.outcome) for t in tests])))
-        return out
+        return scores([Result(t.id, t.adapter, t.outcome, t.check, t.hidden, t.points, t.twin) for t in self.tests])
 
     @property
     def score(self) -> float:
@@ -183,7 +178,8 @@ class Grader:
     def record(self, graded: Graded, result: dict) -> None:
         unrun = "not run: the submission ran out of time" if result.get("timed_out") else "not run"
         graded.tests = [Test(t["id"], t["adapter"], t["hidden"], t["outcome"],
-                             t["message"] or (unrun if t["outcome"] == "not run" else ""))
+                             t["message"] or (unrun if t["outcome"] == "not run" else ""),
+                             t["check"], t["points"], t["twin"])
                         for t in result["tests"]]
         graded.output = result["output"]
         if result.get("sandbox_failed"):
@@ -357,9 +353,7 @@ def results_json(graded: Graded, term: str) -> dict:
             "name": f"{fn}: {t.id.split('::')[-1]}",
             "score": round(score, 4), "max_score": round(max_score, 4),
             "status": "passed" if t.outcome == "passed" else "failed",
-            "output": (("Hidden test. " if t.hidden else "") + (t.message or (
-                "Passed, but a must-raise case earns its points only once an output case of this function "
-                "passes." if t.outcome == "passed" and score == 0 and max_score else "")))[:4000],
+            "output": (("Hidden test. " if t.hidden else "") + (t.message or _unearned(t, score, max_score)))[:4000],
             "visibility": "after_published" if t.hidden else "visible",
             "tags": [ADAPTERS[fn].unit] if fn in ADAPTERS else [],
         })
@@ -372,6 +366,21 @@ def results_json(graded: Graded, term: str) -> dict:
         "stdout_visibility": "hidden",
         "tests": tests,
     }
+
+
+def _unearned(t: Test, score: float, max_score: float) -> str:
+    """Why a passed test earned nothing, or what a test without points is for."""
+    if t.outcome != "passed":
+        return ""
+    if not max_score:
+        return ("Passed. Reported only: this verdict rests on what the code says about itself, so it "
+                "carries no points." if not t.check else "")
+    if score:
+        return ""
+    if t.twin:
+        return ("Passed, but a public case earns its points only when its hidden twin (the same case on "
+                "values you have not seen) passes too.")
+    return "Passed, but this test earns its points only once an output case of this function passes on hidden values."
 
 
 def junit_xml(graded: Graded) -> str:

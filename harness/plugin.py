@@ -68,6 +68,8 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "adapter(name): the contract function a test checks")
+    config.addinivalue_line("markers", "reports_only: the verdict rests on what the code reports about itself "
+                                       "(a probe in its own process, its own parameter listing): no points")
     settings = _settings(config)
     if settings is None:
         return  # not inside an assignment repository: stay out of the way
@@ -261,6 +263,8 @@ def pytest_collection_modifyitems(config, items):
             item.stash[ADAPTER] = name
     if progress is not None and state.get("filters") is not None:
         progress.totals = dict(Counter(item.stash[ADAPTER] for item in items if ADAPTER in item.stash))
+        progress.scored = dict(Counter(item.stash[ADAPTER] for item in items
+                                       if ADAPTER in item.stash and carries_points(item)))
     keep = [item for item in items if _selected(item, state)]
     if len(keep) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if item not in set(keep)])
@@ -270,6 +274,37 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: order.get(item.stash.get(ADAPTER, None), len(order)))
     for index, item in enumerate(items):
         item.stash[COURSE_INDEX] = index
+
+
+def fixture_check(item) -> tuple:
+    """(case, check) of a fixture test ("output", "gradient", "raises"); (None, "") for any other."""
+    callspec = getattr(item, "callspec", None)
+    return callspec and callspec.params.get("fixture_check") or (None, "")
+
+
+def carries_points(item) -> bool:
+    """Whether a test has a share of its function's points: a hidden twin's points are its
+    public case's, and a report-only verdict has none (harness/scoring.py)."""
+    case, _ = fixture_check(item)
+    return item.get_closest_marker("reports_only") is None and not (case and case.twin_of)
+
+
+def scoring_facts(items) -> dict[str, dict]:
+    """Per test id, what the scoring rule (harness/scoring.py) needs beside the outcome: the
+    function, whether the test is hidden, its fixture check, whether it carries points, and,
+    for a public fixture test, its twin's id."""
+    facts, twins = {}, {}  # twins: (function, public case name, check) -> the twin's test id
+    for item in items:
+        case, check = fixture_check(item)
+        facts[item.nodeid] = {"adapter": item.stash.get(ADAPTER, None), "hidden": bool(case and case.hidden),
+                              "check": check, "points": carries_points(item), "twin": ""}
+        if case and case.twin_of:
+            twins[case.function, case.twin_of, check] = item.nodeid
+    for item in items:
+        case, check = fixture_check(item)
+        if case and not case.hidden:
+            facts[item.nodeid]["twin"] = twins.get((case.function, case.name, check), "")
+    return facts
 
 
 def _selected(item, state) -> bool:
@@ -379,6 +414,8 @@ def pytest_runtest_makereport_tag(item, call):
         report.course_index = item.stash.get(COURSE_INDEX, 0)
         report.sections = [(title, trimmed(text)) if title.startswith("Captured") else (title, text)
                            for title, text in report.sections]
+        report.carries_points = carries_points(item)
+        report.check = fixture_check(item)[1]
     return report
 
 

@@ -2,15 +2,16 @@
 
 It shows what ran. A function whose tests did not all run says how many did not,
 and a unit is declared done only when every test of every function in it ran and passed.
+Points follow the grader's rule (harness/scoring.py), counting a passed public test as if its
+hidden twin passes too; hidden cases that did not run here count in the split and earn nothing.
 """
 
 from collections import Counter
 
 import pytest
 
-from harness.checks import checks_for
 from harness.contract import ADAPTERS, UNITS
-from harness.scoring import split
+from harness.scoring import Result, scores
 
 
 class Progress:
@@ -21,7 +22,7 @@ class Progress:
         self.target = target
         self.pinned = pinned
         self.results: dict[str, Counter] = {}
-        self.outcomes: dict[str, dict[str, str]] = {}  # function -> test id -> outcome, for the points
+        self.outcomes: dict[str, list[Result]] = {}  # per function, for the points
         # Tests per function in the whole student suite; empty when the run collected
         # something else, and then no unit is ever declared done.
         self.totals: dict[str, int] = {}
@@ -30,7 +31,8 @@ class Progress:
     def pytest_runtest_logreport(self, report):
         name = getattr(report, "adapter", None)
         if name and (report.when == "call" or report.failed):
-            self.record(name, report.outcome, getattr(report, "not_implemented", False), report.nodeid)
+            self.record(name, report.outcome, getattr(report, "not_implemented", False), report.nodeid,
+                        getattr(report, "check", ""), getattr(report, "carries_points", True))
 
     def pytest_sessionfinish(self, session):
         workeroutput = getattr(session.config, "workeroutput", None)
@@ -41,32 +43,34 @@ class Progress:
     def pytest_testnodedown(self, node, error):
         self.totals = getattr(node, "workeroutput", {}).get("harness_totals") or self.totals
 
-    def record(self, adapter: str, outcome: str, not_implemented: bool, test_id: str = "") -> None:
+    def record(self, adapter: str, outcome: str, not_implemented: bool, test_id: str = "", check: str = "",
+               carries_points: bool = True) -> None:
         key = "not implemented" if not_implemented else outcome
         self.results.setdefault(adapter, Counter())[key] += 1
-        tests = self.outcomes.setdefault(adapter, {})
-        tests[test_id or f"test-{len(tests)}"] = outcome
+        tests = self.outcomes.setdefault(adapter, [])
+        tests.append(Result(test_id or f"test-{len(tests)}", adapter, outcome, check, False, carries_points))
 
     def hidden_tests(self, adapter: str) -> int:
-        """Hidden tests of this function that did not run here: each hidden case is checked
-        like the function's public cases (output, and gradient where they have one)."""
-        if self.term.hidden_loaded:
-            return 0
-        public = [c for c in self.term.cases if c.function == adapter and c.check != "raises"]
-        return self.term.hidden_counts.get(adapter, 0) * (len(checks_for(public[0])) if public else 1)
+        """Hidden tests of this function that carry points and did not run here: its own hidden
+        cases' checks (a twin's points are its public case's)."""
+        return 0 if self.term.hidden_loaded else self.term.scored_hidden.get(adapter, 0)
+
+    def scores(self, adapter: str) -> dict[str, tuple[float, float]]:
+        """The grader's rule (harness/scoring.py) on the tests that ran here, their twins assumed to
+        pass; tests that did not run, and hidden cases (ids under "hidden/"), earn nothing."""
+        ran = self.outcomes.get(adapter, [])
+        missing = [f"not-run/{i}" for i in range(self.unrun(adapter) or 0)]
+        missing += [f"hidden/{i}" for i in range(self.hidden_tests(adapter))]
+        proof = self.outcomes.get(ADAPTERS[adapter].values_of, [])  # a module builder's forward
+        out = scores(ran + [Result(i, adapter, "not run") for i in missing] + proof, twins_unseen=True)
+        return {test_id: score for test_id, score in out.items() if test_id not in {r.id for r in proof}}
 
     def points(self, adapter: str) -> float:
-        """What the grader's rule (harness/scoring.py) gives for the tests that ran here: the
-        tests that did not run, hidden ones included, count in the split and earn nothing."""
-        ran = sorted(self.outcomes.get(adapter, {}).items())
-        missing = (self.unrun(adapter) or 0) + self.hidden_tests(adapter)
-        ran += [(f"{adapter}/not-run-{i}:output]", "not run") for i in range(missing)]
-        return sum(score for score, _ in split(ADAPTERS[adapter].points, ran))
+        return sum(score for score, _ in self.scores(adapter).values())
 
     def max_public_points(self, adapter: str) -> float:
-        """The most this function's public tests can earn: hidden tests hold the rest."""
-        public = self.totals.get(adapter) or sum(self.results.get(adapter, Counter()).values())
-        return ADAPTERS[adapter].points * public / max(public + self.hidden_tests(adapter), 1)
+        """The most this function's public tests can earn: its own hidden cases hold the rest."""
+        return sum(most for test_id, (_, most) in self.scores(adapter).items() if not test_id.startswith("hidden/"))
 
     def status(self, adapter: str) -> str:
         counts = self.results[adapter]

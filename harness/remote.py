@@ -8,9 +8,9 @@ grader's autograd graph, and its backward asks the worker for the vector-Jacobia
 product. A module the submission returns stays in the worker; `RemoteModule` is its
 stand-in, and probes (allocation size, meta device) run in the worker over it.
 
-Verdicts that rest on the worker's own report: parameter and buffer listings, the
-meta-device probe and the largest-allocation probe. Values, gradients and counts are
-compared here.
+Verdicts that rest on the worker's own report (parameter and buffer listings, the
+meta-device, largest-allocation and table probes) carry no points: their tests are marked
+`reports_only`. Values, gradients and counts are compared here.
 """
 
 import select

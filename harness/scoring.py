@@ -1,30 +1,59 @@
-"""How a function's points split over its tests: the one rule the grader and the progress table share.
+"""Which tests earn a function's points: the one rule the grader and the progress table share.
 
-A function's points split evenly over all its tests, public and hidden, in 1/10,000ths (so the
-shares add up exactly). A passing output or gradient check earns its share. A must-raise case
-or a property/probe test earns its share only once an output case of the same function passes:
-code that raises on every input, or returns anything of the right shape, has not earned them.
+A function's points split evenly, in 1/10,000ths (so the shares add up exactly), over its tests
+that carry points: its public tests and its own hidden cases. Two kinds carry none:
+- a hidden twin (a public case again, on fresh values): it decides whether its public case earns;
+- a report-only verdict (a probe that runs in the submission's own process, README "Grading").
+
+A test that passed earns its share when
+- it has a twin: the twin passed too (values the student has seen prove nothing alone);
+- it is not an output or gradient check (must-raise, property, probe): the function is proved
+  to work, that is an output case of it passed on fresh values (for a module builder: of the
+  function its forward gives, `values_of` in the contract). Code that raises on every input,
+  returns anything of the right shape, or answers from the public fixtures has not earned it.
+
+A student's own run has no twins: `twins_unseen` counts a passed public case as if its twin
+passed too, so the table never shows less than the grader could give for the same code, and
+never more than the grader gives when the twins pass.
 """
 
+from dataclasses import dataclass
+
+from harness.contract import ADAPTERS
+
 UNITS = 10_000
-EARNED_ALONE = (":output]", ":gradient]")  # the fixture checks that need no other test to pass
+ON_VALUES = ("output", "gradient")  # fixture checks judged on values against stored answers
 
 
-def is_output(test_id: str) -> bool:
-    return test_id.endswith(":output]")
+@dataclass(frozen=True)
+class Result:
+    id: str
+    function: str
+    outcome: str                 # "passed", "failed", "not run", ...
+    check: str = ""              # a fixture case's "output", "gradient" or "raises"; "" for a property or probe
+    hidden: bool = False
+    carries_points: bool = True  # False: a twin, or a report-only verdict
+    twin: str = ""               # a public case's check: the id of the same check on its twin
 
 
-def split(points: float, tests: list[tuple[str, str]]) -> list[tuple[float, float]]:
-    """(score, max_score) for each (test id, outcome) of one function, in the order given.
-    Tests that did not run (outcome "not run") count towards the split and earn nothing."""
-    if not tests:
-        return []
-    base, extra = divmod(points * UNITS, len(tests))
-    outputs = [outcome for test_id, outcome in tests if is_output(test_id)]
-    works = not outputs or "passed" in outputs  # functions without output cases (modules) are not gated
-    out = []
-    for i, (test_id, outcome) in enumerate(tests):
-        share = (base + (i < extra)) / UNITS
-        earned = outcome == "passed" and (works or test_id.endswith(EARNED_ALONE))
-        out.append((share if earned else 0.0, share))
+def scores(results: list[Result], twins_unseen: bool = False) -> dict[str, tuple[float, float]]:
+    """Per test id: (score, max_score); each function's max_scores add up to its points."""
+    outcome = {r.id: r.outcome for r in results}
+    fresh = {r.function for r in results
+             if r.check == "output" and r.outcome == "passed" and (r.hidden or twins_unseen)}
+    by_function: dict[str, list[Result]] = {}
+    for r in results:
+        by_function.setdefault(r.function, []).append(r)
+    out = {}
+    for fn, tests in by_function.items():
+        adapter = ADAPTERS.get(fn)
+        scored = [r for r in tests if r.carries_points]
+        base, extra = divmod(round(adapter.points * UNITS) if adapter else 0, max(len(scored), 1))
+        shares = {r.id: (base + (i < extra)) / UNITS for i, r in enumerate(scored)}
+        proved = fn in fresh or bool(adapter and adapter.values_of in fresh)
+        for r in tests:
+            share = shares.get(r.id, 0.0)
+            earned = (r.outcome == "passed" and (r.check in ON_VALUES or proved)
+                      and (not r.twin or twins_unseen or outcome.get(r.twin) == "passed"))
+            out[r.id] = (share if earned else 0.0, share)
     return out

@@ -44,6 +44,7 @@ class Case:
     note: str = ""          # what this case is about, shown in failure reports
     diagnoses: list[str] = field(default_factory=list)  # known mistakes with a stored fingerprint
     file: str = ""
+    twin_of: str = ""       # a hidden twin: the name of the public case it repeats on fresh values
 
     @property
     def id(self) -> str:
@@ -96,6 +97,11 @@ class Term:
     @property
     def hidden_counts(self) -> dict[str, int]:
         return self.manifest.get("hidden_counts", {})
+
+    @property
+    def scored_hidden(self) -> dict[str, int]:
+        """Hidden tests per function that carry points: its own hidden cases' checks (not the twins')."""
+        return self.manifest.get("scored_hidden", {})
 
     @property
     def hints(self) -> dict[str, str]:

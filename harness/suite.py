@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.plugin import ADAPTER
+from harness.plugin import ADAPTER, scoring_facts
 
 
 @dataclass
@@ -20,6 +20,7 @@ class SuiteRun:
     outcomes: dict = field(default_factory=dict)   # nodeid -> "passed" / "failed"
     messages: dict = field(default_factory=dict)   # nodeid -> failure report
     adapters: dict = field(default_factory=dict)   # nodeid -> contract function
+    facts: dict = field(default_factory=dict)      # nodeid -> what scoring needs (plugin.scoring_facts)
     output: str = ""                               # what pytest printed
 
     @property
@@ -43,6 +44,7 @@ class _Collector:
     def pytest_collection_modifyitems(self, items):
         for item in items:
             self.run.adapters[item.nodeid] = item.stash.get(ADAPTER, None)
+        self.run.facts = scoring_facts(items)
 
 
 def run_suite(project: Path, *args: str, quiet: bool = False, tests: list[str] | None = None,

@@ -48,6 +48,19 @@ ATTACKS = {
     "stalls_reply": ("stubs", "stalls_reply.py"),
 }
 
+# Points without the work. Two known mistakes at once, for a lookup to hide:
+TWO_BUGS = [("rope.py", *EDITED["half_split_rope"][1:]), ("attention.py", *EDITED["no_scale"][1:])]
+# name -> (start from, what answers the calls the public fixtures do not): a lookup of every
+# public case's stored output and gradients (hostile/looks_up_answers.py)
+LOOKUPS = {"looks_up_only": ("stubs", "raise"), "looks_up_with_fakes": ("stubs", "fakes"),
+           "looks_up_over_two_bugs": ("two_bugs", "code")}
+# Three mistakes that only a probe in the worker sees; hostile/lies_to_probes.py hides them.
+PROBE_MISTAKES = [("embeddings.py", "return weights[token_ids]",
+                   "return torch.nn.functional.one_hot(token_ids, weights.shape[0]).to(weights.dtype) @ weights"),
+                  ("attention.py", *MASK_ON_CPU[1:]),
+                  ("embeddings.py", 'self.register_buffer("table", table, persistent=False)',
+                   "self.table = nn.Parameter(table, requires_grad=False)")]
+
 
 def copy_stubs(dst: Path) -> Path:
     shutil.copytree(PROJECT / "student", dst / "student", ignore=shutil.ignore_patterns("__pycache__"))
@@ -56,10 +69,31 @@ def copy_stubs(dst: Path) -> Path:
 
 
 def with_attack(dst: Path, start: str, attack: str, constants: dict) -> Path:
-    (reference_as_student if start == "reference" else copy_stubs)(dst)
+    """`start`: "reference", "stubs", or "as is" (dst holds a submission already)."""
+    if start != "as is":
+        (reference_as_student if start == "reference" else copy_stubs)(dst)
     header = "".join(f"{k} = {v!r}\n" for k, v in constants.items())
     with (dst / "adapters.py").open("a") as f:
         f.write("\n\n" + header + (HOSTILE / attack).read_text())
+    return dst
+
+
+def with_edits(dst: Path, edits: list[tuple[str, str, str]]) -> Path:
+    """The reference as a student's, with each (file in student/, old, new) edit made."""
+    reference_as_student(dst)
+    for target, old, new in edits:
+        edit(dst / "student" / target, old, new)
+    return dst
+
+
+def looks_up(dst: Path, start: str, fallback: str, constants: dict, term: str) -> Path:
+    """A lookup of the public fixtures (which every student has) laid over `start`."""
+    if start == "two_bugs":
+        with_edits(dst, TWO_BUGS)
+        start = "as is"
+    with_attack(dst, start, "looks_up_answers.py", {**constants, "FALLBACK": fallback})
+    shutil.copytree(PROJECT / "fixtures" / term, dst / "student" / "public_fixtures",
+                    ignore=shutil.ignore_patterns("hidden"))
     return dst
 
 

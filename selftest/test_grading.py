@@ -28,8 +28,9 @@ from harness.contract import ADAPTERS
 from harness.grade import grade_all
 from harness.sandbox import Protections
 from harness.store import Term
-from submissions import (ACCOUNTING_PIECES, ATTACKS, CANARY, EDITED, EDITED_PIECES, EXITS, FULL, MASK_ON_CPU, OWNER,
-                         bad_archives, copy_stubs, hangs_and_exits, points_per_function, survivors, with_attack)
+from submissions import (ACCOUNTING_PIECES, ATTACKS, CANARY, EDITED, EDITED_PIECES, EXITS, FULL, LOOKUPS, MASK_ON_CPU,
+                         OWNER, PROBE_MISTAKES, TWO_BUGS, bad_archives, copy_stubs, hangs_and_exits, looks_up,
+                         points_per_function, survivors, with_attack, with_edits)
 
 requires_bwrap = pytest.mark.skipif(not Protections.detect().confined, reason="bubblewrap is not usable here")
 
@@ -56,6 +57,11 @@ def graded(tmp_path_factory):
     edit(subs / "no_scale" / "student" / MASK_ON_CPU[0], *MASK_ON_CPU[1:])
     for name, (start, attack) in ATTACKS.items():
         with_attack(subs / name, start, attack, constants)
+    with_edits(subs / "two_bugs", TWO_BUGS)
+    for name, (start, fallback) in LOOKUPS.items():
+        looks_up(subs / name, start, fallback, constants, TERM)
+    with_edits(subs / "probe_mistakes", PROBE_MISTAKES)
+    with_attack(with_edits(subs / "lies_to_probes", PROBE_MISTAKES), "as is", "lies_to_probes.py", constants)
     # a zip that carries its own edited tests and fixtures, and writes into any fixtures it
     # can reach at run time
     zipped = reference_as_student(tmp_path_factory.mktemp("zipsrc") / "zipped")
@@ -210,6 +216,75 @@ def test_hidden_failures_say_only_what_kind_of_failure(graded):
                                     r"details: re-read the docstring's rules\.", t["output"]), t["output"]
 
 
+# ---------------------------------------------------------------- points without the work
+
+def _public_value_checks(result) -> list:
+    return [t for t in result.tests if t.on_values and not t.hidden]
+
+
+@pytest.mark.parametrize("name", ["looks_up_only", "looks_up_with_fakes"])
+def test_answers_looked_up_in_the_public_fixtures_score_zero(graded, name):
+    """The lookup passes every public output and gradient check (the fakes also pass softmax's,
+    attention's and RoPE's properties), and earns nothing: no twin passes."""
+    result = graded["results"][name]
+    public = _public_value_checks(result)
+    assert public and all(t.outcome == "passed" for t in public), [t.id for t in public if t.outcome != "passed"]
+    assert result.score == 0, f"{name} scored {result.score}"
+    if name == "looks_up_with_fakes":
+        assert any(t.outcome == "passed" and "test_rope_preserves_norms" in t.id for t in result.tests)
+
+
+def test_a_lookup_over_buggy_code_scores_what_the_buggy_code_scores(graded):
+    """Two known mistakes fail public tests on their own; laid under a lookup they pass every
+    public test, and score exactly the same, function by function."""
+    alone, hidden = graded["results"]["two_bugs"], graded["results"]["looks_up_over_two_bugs"]
+    assert any(t.outcome == "failed" for t in _public_value_checks(alone))
+    assert all(t.outcome == "passed" for t in _public_value_checks(hidden))
+    assert 0 < alone.score < FULL and hidden.score == alone.score, (alone.score, hidden.score)
+    assert per_function(graded, "looks_up_over_two_bugs") == per_function(graded, "two_bugs")
+
+
+@pytest.mark.parametrize("probe", ["test_lookup_allocates_no_one_hot[run_embedding]",
+                                   "test_function_runs_on_meta_device[run_multihead_self_attention]",
+                                   "test_sinusoidal_module_has_no_parameters"])
+def test_lying_to_a_probe_in_the_worker_earns_nothing(graded, probe):
+    """A one-hot embedding, a mask made on the CPU and a table stored as a Parameter fail these
+    probes, which run in the submission's process; code that replaces the probes passes them.
+    The verdict is reported, and carries no points either way."""
+    honest, liar = graded["results"]["probe_mistakes"], graded["results"]["lies_to_probes"]
+    [caught] = [t for t in honest.tests if t.id.endswith("::" + probe)]
+    [fooled] = [t for t in liar.tests if t.id.endswith("::" + probe)]
+    assert caught.outcome == "failed" and fooled.outcome == "passed"
+    assert honest.scores()[caught.id] == liar.scores()[fooled.id] == (0.0, 0.0)
+    assert liar.score == honest.score
+
+
+def test_scores_need_fresh_values():
+    """The rule on its own: a public check earns with its twin, a property once an output case
+    passes on fresh values (a module builder: its `values_of` function's)."""
+    from harness.grade import Graded, Test
+
+    def score(outcomes: dict) -> float:
+        tests = [Test("public", "run_silu", False, check="output", twin="twin"),
+                 Test("twin", "run_silu", True, check="output", points=False),
+                 Test("property", "run_silu", False),
+                 Test("probe", "run_silu", False, points=False),
+                 Test("module", "get_transformer_lm", False),
+                 Test("lm", "run_transformer_lm", True, check="output")]
+        for t in tests:
+            t.outcome = outcomes.get(t.id, "failed")
+        return Graded("x", tests).scores()
+
+    passed = "passed"
+    assert score({"public": passed, "property": passed, "probe": passed}) == {
+        "public": (0.0, 0.5), "twin": (0.0, 0.0), "property": (0.0, 0.5), "probe": (0.0, 0.0),
+        "module": (0.0, 4.0), "lm": (0.0, 5.0)}
+    every = score(dict.fromkeys(["public", "twin", "property", "probe", "module", "lm"], passed))
+    assert every["public"] == every["property"] == (0.5, 0.5) and every["module"] == (4.0, 4.0)
+    assert score({"twin": passed, "property": passed, "module": passed})["property"] == (0.5, 0.5)
+    assert score({"module": passed})["module"] == (0.0, 4.0)
+
+
 @pytest.mark.parametrize("attack", ["steals_answers", "imports_reference"])
 def test_the_same_attacks_do_work_without_the_sandbox(tmp_path, attack, forget_other_repositories):
     """Proof that the attacks are real: run in-process, as a local student run does, they pass."""
@@ -238,12 +313,14 @@ def test_no_network(graded):
 @requires_bwrap
 def test_hidden_inputs_and_the_environment_never_reach_visible_output(graded):
     term = Term(PROJECT, TERM, hidden=True)
-    hidden = set()
-    for case in (c for c in term.cases if c.hidden):
+    digests = {True: set(), False: set()}
+    for case in term.cases:
         for value in term.inputs(case).values():
             if isinstance(value, torch.Tensor):
                 data = value.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-                hidden.add(hashlib.sha256(data).hexdigest()[:16])
+                digests[case.hidden].add(hashlib.sha256(data).hexdigest()[:16])
+    hidden = digests[True] - digests[False]  # a twin keeps a given input no shuffle can change, e.g. ids [-1]
+    assert len(hidden) > 100
     out = graded["out"] / "records_hidden"
     visible = [t["output"] for t in json.loads((out / "results.json").read_text())["tests"]
                if t["visibility"] == "visible"]

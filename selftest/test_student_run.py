@@ -315,14 +315,16 @@ def test_code_that_raises_everywhere_earns_nothing_in_the_table(tmp_path):
 def test_the_table_never_gives_more_than_the_grader(tmp_path, target):
     """The grader's rule (harness/grade.py, on public and hidden outcomes) against the table
     of a public run: the table may show less (hidden shares), never more."""
-    from harness.grade import Graded, Test
+    from harness.scoring import Result, scores
     if target == "raising":
         target = str(tmp_path / "raising_adapters.py")
         (tmp_path / "raising_adapters.py").write_text(RAISES_EVERYWHERE)
     full = _run_suite(PROJECT, f"--adapters={target}", "--hidden", quiet=True)
-    graded = Graded("x", [Test(n, full.adapters[n], "hidden-" in n, o) for n, o in full.outcomes.items()])
+    facts = full.facts
+    results = [Result(n, f["adapter"], full.outcomes.get(n, "not run"), f["check"], f["hidden"], f["points"], f["twin"])
+               for n, f in facts.items() if f["adapter"]]
     grader = dict.fromkeys(ADAPTERS, 0.0)
-    for test_id, (score, _) in graded.scores().items():
+    for test_id, (score, _) in scores(results).items():
         grader[full.adapters[test_id]] += score
     table = _table_points(run_suite(f"--adapters={target}").output)
     assert set(table) == set(ADAPTERS)
@@ -354,3 +356,14 @@ def test_check_streams_its_report_as_tests_finish(monkeypatch, notebook):
         assert "Progress: term" in result._repr_html_()
     else:  # pytest's own text report, once
         assert shown.count("Progress: term") == 1 and shown == result.report, shown
+
+
+def test_the_table_splits_points_as_grading_does():
+    """A one-hot embedding fails only the allocation probe, which runs in the code's own
+    process and is reported without points: the table says failed, with every point."""
+    code, out = pytest_in(PROJECT, "--adapters", "reference.variants:one_hot_matmul", "--function", "run_embedding")
+    assert code == 1 and "one-hot" in out, out
+    points = _table_points(out)["run_embedding"]
+    assert re.search(r"run_embedding +failed +16/17 +tests", out), out
+    assert points == _table_points(run_suite("--adapters=reference.adapters", "--function", "run_embedding").output)[
+        "run_embedding"] > 0, out  # what the reference earns here

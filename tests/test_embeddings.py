@@ -34,6 +34,7 @@ LOOKUPS = {  # adapter -> (callable, its arguments, the axis a one-hot would spa
 }
 
 
+@pytest.mark.reports_only  # the allocation hook runs in the code's own process
 @pytest.mark.parametrize("name", [pytest.param(n, marks=adapter(n)) for n in LOOKUPS])
 def test_lookup_allocates_no_one_hot(adapters, name):
     fn, args = LOOKUPS[name](adapters)
@@ -94,6 +95,7 @@ def test_repeated_token_differs_after_adding_positions(adapters, kind):
 
 # ---------------------------------------------------------------- modules
 
+@pytest.mark.reports_only  # the module lists its own parameters
 @adapter("get_embedding")
 def test_embedding_module_has_exactly_the_table(adapters):
     module = adapters.get_embedding(1000, 32)
@@ -119,6 +121,7 @@ def test_embedding_module_trains_its_table(adapters):
 
 
 
+@pytest.mark.reports_only  # the module lists its own parameters and buffers
 @adapter("get_sinusoidal_positions")
 def test_sinusoidal_module_has_no_parameters(adapters):
     module = adapters.get_sinusoidal_positions(64, 16)
