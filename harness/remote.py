@@ -27,6 +27,7 @@ from harness.sandbox import Sandbox
 
 FAST = 0.2           # seconds: a reply this quick needs no CPU accounting
 IMPORT_CPU = 60.0    # CPU seconds a worker may take to import the submission
+WALL_GRACE = 10.0    # the wall-clock backstop: 3 x the CPU limit, plus this
 REPLY_SECONDS = 5.0  # a reply, once begun, arrives whole within this (a local socket moves 512 MB in less)
 
 
@@ -108,7 +109,7 @@ class Link:
         it), a wall-clock backstop (for sleeping and waiting), the submission's own deadline,
         and REPLY_SECONDS from its first byte to its last, however it trickles in."""
         start = time.monotonic()
-        wall = 3 * cpu_limit + 10
+        wall = 3 * cpu_limit + WALL_GRACE
         cpu_start, checked = None, start
         while True:
             output = self.sandbox.stdout

