@@ -58,9 +58,13 @@ def main() -> None:
     parser.add_argument("--grading", type=int, default=20, metavar="N",
                         help="grade N reference submissions with --jobs 2 (0 skips it)")
     parser.add_argument("--suite-only", action="store_true", help="only the suite vs `import torch` figure")
+    parser.add_argument("--grading-only", action="store_true", help="only the grading throughput")
     args = parser.parse_args()
     from harness.store import pinned_term
     args.term = args.term or pinned_term(PROJECT)
+    if args.grading_only:
+        grading(args.grading or 20, args.term)
+        return
 
     print(f"median of {args.runs} runs")
     suite_vs_torch(args.runs)
@@ -106,9 +110,11 @@ def grading(n: int, term: str, runs: int = 3) -> None:
         per += [g.seconds for g in graded]
         full &= all(g.status == "ok" and abs(g.score - graded[0].score) < 1e-9 for g in graded)
     from harness.sandbox import Protections
+    protections = Protections.detect().describe()
     print(f"grade {n} reference submissions, --jobs 2, median of {runs} batches: "
           f"{statistics.median(rates):.1f} submissions/min (target >= 30); median {statistics.median(per):.1f} s "
-          f"per submission; all full marks: {full}\n  {Protections.detect().describe()}")
+          f"per submission; all full marks: {full}; every protection on: {'OFF' not in protections}\n"
+          f"  {protections}")
 
 
 if __name__ == "__main__":

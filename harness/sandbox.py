@@ -645,16 +645,6 @@ def uid_processes(uid: int) -> list[int]:
     return found
 
 
-def _settles(uid: int, count: int, seconds: float = 2.0) -> bool:
-    """Whether the uid is down to `count` processes within `seconds` (killed ones take a moment)."""
-    deadline = time.monotonic() + seconds
-    while len(uid_processes(uid)) > count:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
-
 def kill_uid(uid: int, seconds: float = 10.0) -> bool:
     """SIGKILL every process of a slot's uid (used as root, where the uid is the slot's alone),
     until none is left: a PID namespace's teardown is asynchronous. False if some outlived it."""
