@@ -125,8 +125,12 @@ class Sandbox:
         self.control: socket.socket | None = None
         self.stdout: int | None = None  # the read end of the sandbox's stdout pipe
         self.hidden = False  # once set: output dropped
-        self.cgroup = Cgroup.create(protections.cgroup, f"{slot}-{self.root.name}", self.memory) \
-            if protections.cgroup else None
+        try:
+            self.cgroup = Cgroup.create(protections.cgroup, f"{slot}-{self.root.name}", self.memory) \
+                if protections.cgroup else None
+        except BaseException:
+            remove_tree(self.root)
+            raise
 
     def seal_for_hidden_cases(self) -> None:
         """Before hidden cases: every visible-test process dead and the whole sandbox gone;
