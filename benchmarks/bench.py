@@ -61,11 +61,15 @@ def main() -> None:
     parser.add_argument("--report", type=int, default=1000, metavar="N",
                         help="time the class report for N submissions (0 skips it)")
     parser.add_argument("--report-only", action="store_true", help="only the class report figure")
+    parser.add_argument("--grading-only", action="store_true", help="only the grading throughput")
     args = parser.parse_args()
     from harness.store import pinned_term
     args.term = args.term or pinned_term(PROJECT)
     if args.report_only:
         return report(args.report, args.term)
+    if args.grading_only:
+        grading(args.grading or 20, args.term)
+        return
 
     print(f"median of {args.runs} runs")
     suite_vs_torch(args.runs)
@@ -113,9 +117,11 @@ def grading(n: int, term: str, runs: int = 3) -> None:
         per += [g.seconds for g in graded]
         full &= all(g.status == "ok" and abs(g.score - graded[0].score) < 1e-9 for g in graded)
     from harness.sandbox import Protections
+    protections = Protections.detect().describe()
     print(f"grade {n} reference submissions, --jobs 2, median of {runs} batches: "
           f"{statistics.median(rates):.1f} submissions/min (target >= 30); median {statistics.median(per):.1f} s "
-          f"per submission; all full marks: {full}\n  {Protections.detect().describe()}")
+          f"per submission; all full marks: {full}; every protection on: {'OFF' not in protections}\n"
+          f"  {protections}")
 
 
 REPORT_MIX = ["one_hot_matmul", "concatenated_sin_cos", "softmax_without_max", "attention_missing_scale",

@@ -21,7 +21,7 @@ import pytest
 from harness.compare import Mismatch
 from harness.plugin import ADAPTER, STATE, scoring_facts, short_report
 from harness.remote import Link, RemoteFunctions, StudentCodeError, WorkerFailure
-from harness.runtime import Adapters, ContractViolation
+from harness.runtime import Adapters, AdaptersError, ContractViolation
 from harness.sandbox import Protections, Sandbox
 
 
@@ -29,6 +29,10 @@ HIDDEN_FAILURES = [(NotImplementedError, "not implemented"), (Mismatch, "wrong v
                    (ContractViolation, "a result outside the contract (shape, dtype or type)"),
                    (TimeoutError, "ran out of time"), (WorkerFailure, "the worker died or could not import"),
                    (StudentCodeError, "raised an exception")]
+# What a test may fail with and report itself: anything else is the grader's own failure, and
+# its traceback is not the student's to read.
+REPORTED = (AssertionError, StudentCodeError, AdaptersError, NotImplementedError, TimeoutError,
+            pytest.fail.Exception, pytest.skip.Exception)
 
 
 class Grading:
@@ -61,6 +65,9 @@ class Grading:
             return f"{name}: {excinfo.value}"
         if excinfo.errisinstance(NotImplementedError):  # its frame is the grader's, not the student's
             return f"{name} is not implemented yet ({excinfo.value})"
+        if not excinfo.errisinstance(REPORTED):
+            return (f"{name}: the grader failed on this test ({excinfo.typename}); the course staff can "
+                    "see the details in the grading log.")
         return None
 
     @pytest.hookimpl(tryfirst=True)
@@ -94,8 +101,9 @@ class Grading:
 
 def grade(project: Path, term: str, submission: Path, slot: int, settings: dict) -> dict:
     protections = Protections(**settings["protections"])  # detected once, by `harness grade`
+    deadline = time.monotonic() + settings["timeout"]
     sandbox = Sandbox(submission, protections, slot, settings["memory_mb"], settings["timeout"])
-    link = Link(sandbox, settings["case_timeout"], deadline=time.monotonic() + settings["timeout"])
+    link = Link(sandbox, settings["case_timeout"], deadline=deadline)
     plugin = Grading(link)
     argv = [str(project / "tests"), "-q", "-p", "no:cacheprovider", "--rootdir", str(project),
             "--hidden", "--term", term, "--case-timeout", "0"]
@@ -104,7 +112,7 @@ def grade(project: Path, term: str, submission: Path, slot: int, settings: dict)
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             code = pytest.main(argv, plugins=[plugin])
     finally:
-        output = sandbox.close(link.visible_output)  # every process of the submission is dead after this
+        output = sandbox.close()  # every process of the submission is dead after this
     return {"exit": int(code), "tests": list(plugin.tests.values()), "output": output,
             "timed_out": link.timed_out, "sandbox_failed": link.sandbox_failed, "log": log.getvalue()[-4000:] if not plugin.tests else ""}
 
@@ -115,7 +123,12 @@ def main() -> None:
     os.dup2(2, 1)
     for line in sys.stdin:
         job = json.loads(line)
-        result = grade(Path(job["project"]), job["term"], Path(job["submission"]), job["slot"], job["settings"])
+        try:
+            result = grade(Path(job["project"]), job["term"], Path(job["submission"]), job["slot"],
+                           job["settings"])
+        except Exception as e:  # noqa: BLE001 - the batch records it as this submission's status
+            result = {"exit": -1, "tests": [], "output": "", "timed_out": False, "sandbox_failed": True,
+                      "log": f"the grading driver failed: {type(e).__name__}: {e}"}
         replies.write(json.dumps(result) + "\n")
         replies.flush()
 

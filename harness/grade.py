@@ -7,7 +7,8 @@ at a time and run the official suite against the submission's sandboxed worker
 (harness/sandbox.py, harness/worker.py). The driver holds the answers, compares and
 writes the verdicts; the submission's code never shares a process with them. One bad
 submission gets a status and a results.json, and the rest of the batch is graded;
-`grades.csv` is written once every submission's processes are dead.
+`grades.csv` is written once every submission's processes are dead, whatever happened.
+Each grader claims a block of worker uids of its own, so graders run side by side.
 """
 
 import csv
@@ -35,13 +36,14 @@ from harness.contract import ADAPTERS
 from harness import wire
 from harness.report import code_hash
 from harness.scoring import Result, scores
-from harness.sandbox import BASE_UID, Protections, Sandbox, kill_group, kill_uid
+from harness.sandbox import (BASE_UID, OOM_DRIVER, UID_BLOCK, UID_BLOCKS, Cgroup, Protections, Sandbox,
+                             kill_group, kill_uid, remove_orphan_sandboxes, remove_tree, set_oom_score)
 from harness.store import Term
 
 MAX_ENTRIES = 2000          # files in one submission
 MAX_FILE = 16 << 20         # bytes in one file
 MAX_TOTAL = 64 << 20        # bytes in one submission, unpacked
-UIDS_LOCK = Path("/tmp/harness-grade-uids.lock")  # one grader per machine at a time uses the worker uids
+UIDS_LOCK = "/tmp/harness-grade-uids-{}.lock"  # held by the grader that uses that block of worker uids
 STATUS_NOTES = {
     "ok": "",
     "timeout": "The submission ran out of time; unfinished tests score 0.\n",
@@ -97,7 +99,9 @@ class Grader:
         if require_confinement and not (self.protections.confined and
                                         (self.protections.uid_drop or os.geteuid() != 0)):
             raise BadSetup(f"--require-confinement: {self.protections.describe()}")
-        self._uids = _claim_worker_uids() if self.protections.uid_drop else None
+        self._uids, self.first_slot = _claim_uid_block() if self.protections.uid_drop else (None, 0)
+        remove_orphan_sandboxes()  # left by drivers that were killed
+        Cgroup.remove_orphans(self.protections.cgroup)
         folder = project / "fixtures" / term
         self.official = {p.relative_to(project): p.read_bytes()
                          for p in [*folder.rglob("*"), *(project / "tests").rglob("*.py"), project / "pyproject.toml"]
@@ -109,7 +113,7 @@ class Grader:
     def close(self) -> None:
         if self._check is not None:  # grading stopped before ready()
             self._end_check()
-        shutil.rmtree(self.work, ignore_errors=True)
+        remove_tree(self.work)
         if self._uids is not None:
             self._uids.close()  # releases the lock
 
@@ -118,7 +122,7 @@ class Grader:
         for a worker."""
         empty = Path(tempfile.mkdtemp(prefix="sandbox-check-"))
         os.chmod(empty, 0o755)
-        sandbox = Sandbox(empty, self.protections, 0, memory_mb, 60)
+        sandbox = Sandbox(empty, self.protections, self.first_slot, memory_mb, 60)
         try:
             sandbox.start()
         except OSError as e:
@@ -131,7 +135,7 @@ class Grader:
         would otherwise give every submission 0 with status ok."""
         sandbox, _ = self._check
         try:
-            worker = sandbox.fork("public")
+            worker = sandbox.fork()
             wire.send(worker, {"op": "hello"})
             worker.settimeout(60)
             wire.recv(worker)  # an ImportError reply (no adapters.py) is fine: Python and torch ran
@@ -145,7 +149,7 @@ class Grader:
         sandbox, empty = self._check
         self._check = None
         sandbox.close()
-        shutil.rmtree(empty, ignore_errors=True)
+        remove_tree(empty)
 
     def prepare(self, submission: Path) -> tuple[Graded, Path | None]:
         """Vet and copy one submission; the copy holds only adapters.py and student/."""
@@ -160,9 +164,14 @@ class Grader:
         except BadSubmission as e:
             graded.status = "no-adapters" if "no adapters.py" in str(e) else "bad-submission"
             graded.output = str(e)
+            remove_tree(copy)
+            return graded, None
+        except (OSError, ValueError, UnicodeError) as e:  # a full disk, an unreadable file: this one only
+            graded.status, graded.output = "grader-error", f"the submission could not be copied: {e}"
+            remove_tree(copy)
             return graded, None
         finally:
-            shutil.rmtree(unpacked, ignore_errors=True)
+            remove_tree(unpacked)
         return graded, copy
 
     def _tampered(self, root: Path) -> list[str]:
@@ -202,10 +211,14 @@ class Driver:
         if self.process is None or self.process.poll() is not None:
             env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "PYTEST"))}
             memory = (2 * grader.settings["memory_mb"] + 4096) << 20  # what a worker sends it is bounded too
+
+            def limits():
+                resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+                set_oom_score(OOM_DRIVER)  # the OOM killer takes a submission's processes, not its grader
+
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "harness.drive"], cwd=grader.project, env=env, text=True,
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
-                preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (memory, memory)))
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True, preexec_fn=limits)
 
     def grade(self, grader: Grader, copy: Path) -> dict:
         self.start(grader)
@@ -229,25 +242,32 @@ class Driver:
         self.process = None
         if grader.protections.uid_drop:
             kill_uid(BASE_UID + self.slot)
+        remove_orphan_sandboxes()  # the dead driver's sandbox, and its cgroup
+        Cgroup.remove_orphans(grader.protections.cgroup)
 
-    def close(self) -> None:
+    def close(self, grader: Grader) -> None:
         if self.process is not None:
-            self.process.stdin.close()
-            self.process.wait()
+            try:
+                self.process.stdin.close()
+                self.process.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                self.kill(grader)
 
 
-def _claim_worker_uids():
-    """The worker uids (BASE_UID + slot) for this grader alone: a second `harness grade` on the
-    machine would use the same ones, and each sandbox's teardown kills every process of its
-    uid. Held (an flock) until the returned file is closed."""
-    lock = open(UIDS_LOCK, "a")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        raise BadSetup("another `harness grade` is running on this machine; both would use the worker "
-                       f"uids {BASE_UID}+ and kill each other's sandboxes: wait for it to finish") from None
-    return lock
+def _claim_uid_block():
+    """A block of worker uids (BASE_UID + slot) for this grader alone, held (an flock) until the
+    returned file is closed: each sandbox's teardown kills every process of its uid, so two
+    graders must never share one. Returns (the lock, the block's first slot)."""
+    for block in range(UID_BLOCKS):
+        lock = open(UIDS_LOCK.format(block), "a")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        return lock, block * UID_BLOCK
+    raise BadSetup(f"all {UID_BLOCKS} blocks of worker uids are in use by other `harness grade` runs: "
+                   "wait for one to finish")
 
 
 def submission_name(submission: Path) -> str:
@@ -343,7 +363,7 @@ def results_json(graded: Graded, term: str) -> dict:
     """Gradescope's results format. Hidden tests show after grades are published."""
     scores = graded.scores()
     status_note = STATUS_NOTES[graded.status]
-    if graded.status in ("bad-submission", "no-adapters", "grader-error"):
+    if graded.status in ("bad-submission", "no-adapters"):  # a grader-error's details are the staff's
         status_note += graded.output[:2000] + "\n"
     tests = []
     for t in graded.tests:
@@ -425,7 +445,7 @@ def _grade_with(grader: Grader, submissions: list[Path], names: list[str], out: 
     graded: dict[str, Graded] = {}
     lock = threading.Lock()
 
-    drivers = [Driver(slot) for slot in range(max(1, min(jobs, len(submissions))))]
+    drivers = [Driver(grader.first_slot + slot) for slot in range(max(1, min(jobs, len(submissions), UID_BLOCK)))]
     try:
         for driver in drivers:  # they import torch and the suite while the sandbox check runs
             driver.start(grader)
@@ -443,33 +463,49 @@ def _grade_with(grader: Grader, submissions: list[Path], names: list[str], out: 
                 except queue.Empty:
                     return
                 start = time.monotonic()
-                result, copy = grader.prepare(submission)
-                if copy is not None:
-                    try:
-                        grader.record(result, driver.grade(grader, copy))
-                    except TimeoutError as e:
-                        result.status, result.output = "timeout", str(e)
-                    except (RuntimeError, ValueError, OSError) as e:
-                        result.status, result.output = "grader-error", str(e)
-                    finally:
-                        shutil.rmtree(copy, ignore_errors=True)
+                result = _grade_one(grader, driver, submission)
                 result.seconds = time.monotonic() - start
-                _write_results(out / result.name, result, term)
+                try:
+                    _write_results(out / result.name, result, term)
+                except (OSError, ValueError) as e:
+                    result.status, result.output = "grader-error", f"its results could not be written: {e}"
                 with lock:
                     graded[result.name] = result
                     if progress:
                         progress(len(graded), len(submissions), result)
         finally:
-            driver.close()
+            driver.close(grader)
 
     threads = [threading.Thread(target=work, args=(driver,)) for driver in drivers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    ordered = [graded[name] for name in names]
-    _write_csv(out / "grades.csv", ordered)  # every driver is done: no submission process is left
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:  # every driver is done: no submission process is left
+        for name in names:
+            graded.setdefault(name, Graded(name, status="grader-error", output="not graded"))
+        ordered = [graded[name] for name in names]
+        _write_csv(out / "grades.csv", ordered)
     return ordered
+
+
+def _grade_one(grader: Grader, driver: Driver, submission: Path) -> Graded:
+    """One submission's result: whatever goes wrong becomes its status, never the batch's."""
+    result, copy = Graded(submission_name(submission)), None
+    try:
+        result, copy = grader.prepare(submission)
+        if copy is not None:
+            grader.record(result, driver.grade(grader, copy))
+    except TimeoutError as e:
+        result.status, result.output = "timeout", str(e)
+    except Exception as e:  # noqa: BLE001 - a crash, a bad reply, a full disk: this submission's status
+        result.status, result.output = "grader-error", f"{type(e).__name__}: {e}"
+        driver.kill(grader)  # in an unknown state: the next submission gets a fresh driver
+    finally:
+        if copy is not None:
+            remove_tree(copy)
+    return result
 
 
 def _write_results(folder: Path, graded: Graded, term: str) -> None:

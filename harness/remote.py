@@ -13,6 +13,7 @@ meta-device, largest-allocation and table probes) carry no points: their tests a
 `reports_only`. Values, gradients and counts are compared here.
 """
 
+import contextlib
 import select
 import time
 
@@ -24,8 +25,10 @@ from harness.probes import Allocation, DeviceMismatch
 from harness.runtime import AdaptersError, ContractViolation
 from harness.sandbox import Sandbox
 
-FAST = 0.2         # seconds: a reply this quick needs no CPU accounting
-IMPORT_CPU = 60.0  # CPU seconds a worker may take to import the submission
+FAST = 0.2           # seconds: a reply this quick needs no CPU accounting
+IMPORT_CPU = 60.0    # CPU seconds a worker may take to import the submission
+WALL_GRACE = 10.0    # the wall-clock backstop: 3 x the CPU limit, plus this
+REPLY_SECONDS = 5.0  # a reply, once begun, arrives whole within this (a local socket moves 512 MB in less)
 
 
 class StudentCodeError(Exception):
@@ -46,15 +49,14 @@ class Link:
         self.phase = "public"
         self.sock = None
         self.broken: str | None = None  # why this phase's workers cannot serve any call
-        self.visible_output = None  # bytes of worker output before the hidden phase began
 
     def enter(self, phase: str) -> None:
-        """Switch phase; a hidden-case worker starts only once every visible-test process is dead."""
+        """Switch phase; a hidden-case worker starts only once every visible-test process is dead,
+        in a fresh sandbox."""
         if phase == self.phase:
             return
         self._drop_worker()
-        if phase == "hidden" and self.visible_output is None:
-            self.visible_output = self.sandbox.output_size()
+        if phase == "hidden" and not self.sandbox.hidden:
             self.sandbox.seal_for_hidden_cases()
         self.phase, self.broken = phase, None
 
@@ -65,6 +67,8 @@ class Link:
         if self.sock is None:
             self._start_worker()
         reply = self._exchange(message, self.case_timeout)
+        if not isinstance(reply, dict):
+            raise StudentCodeError("the worker sent a malformed reply")
         if "error" in reply:
             raise self._error(reply["error"])
         return reply
@@ -74,7 +78,7 @@ class Link:
         if self.broken:
             raise WorkerFailure(self.broken)
         try:
-            self.sock = self.sandbox.fork(self.phase)
+            self.sock = self.sandbox.fork()
         except OSError as e:  # it could not start, or died before forking
             self.sandbox_failed = True
             self.broken = f"the sandbox could not start a worker ({e})"
@@ -84,9 +88,10 @@ class Link:
         except (TimeoutError, WorkerFailure) as e:
             self.broken = f"importing adapters.py failed: {e}"
             raise WorkerFailure(self.broken) from None
-        if "error" in reply:  # the same import fails the same way every time: do not retry
-            error = reply["error"]
-            self.broken = error["message"] if self.phase == "public" else "importing adapters.py failed"
+        if not isinstance(reply, dict) or "error" in reply:  # it fails the same way every time: no retry
+            error = reply.get("error") if isinstance(reply, dict) else None
+            message = error.get("message") if isinstance(error, dict) else None
+            self.broken = str(message)[:4000] if self.phase == "public" and message else "importing adapters.py failed"
             self._drop_worker()
             raise WorkerFailure(self.broken)
 
@@ -100,29 +105,52 @@ class Link:
                                 "memory limit); the next test runs in a fresh worker") from None
 
     def _wait(self, cpu_limit: float) -> dict:
-        """The reply, within `cpu_limit` CPU seconds of the sandbox and a wall-clock backstop
-        (for sleeping, and for a worker that starts a reply and never finishes it)."""
-        start, cpu_start = time.monotonic(), None
-        wall = 3 * cpu_limit + 10
-        while not select.select([self.sock], [], [], FAST)[0]:
+        """The reply, within `cpu_limit` CPU seconds of the whole submission (every process of
+        it), a wall-clock backstop (for sleeping and waiting), the submission's own deadline,
+        and REPLY_SECONDS from its first byte to its last, however it trickles in."""
+        start = time.monotonic()
+        wall = 3 * cpu_limit + WALL_GRACE
+        cpu_start, checked = None, start
+        while True:
+            output = self.sandbox.stdout
+            ready = select.select([self.sock] + ([output] if output is not None else []), [], [], FAST)[0]
+            if output is not None and output in ready:
+                self.sandbox.pump()  # what the worker prints while it works
+            if self.sock in ready:
+                break
+            now = time.monotonic()
+            if now - checked < FAST:
+                continue
+            checked = now
             cpu = self.sandbox.cpu_seconds_used()
             cpu_start = cpu if cpu_start is None else cpu_start
-            if cpu - cpu_start + FAST > cpu_limit or time.monotonic() - start > wall:
-                self._timeout(cpu_limit)
-        self.sock.settimeout(max(1.0, wall - (time.monotonic() - start)))
+            if cpu - cpu_start + FAST > cpu_limit:
+                self._timeout(f"the call did not finish within {cpu_limit:g} s of CPU time (counted over all "
+                              "its processes): look for an infinite loop, or work that grows far faster than "
+                              "the input.")
+            self._check_deadline()
+            if now - start > wall:
+                self._timeout(f"the call did not finish within {wall:g} s of wall-clock time, though it used "
+                              f"less than {cpu_limit:g} s of CPU time: it was sleeping or waiting.")
+        ends = time.monotonic() + REPLY_SECONDS
         try:
-            return wire.recv(self.sock)
-        except TimeoutError:  # socket.timeout: the reply stalled half-way
-            self._timeout(cpu_limit)
+            return wire.recv(self.sock, deadline=ends if self.deadline is None else min(ends, self.deadline))
+        except TimeoutError:
+            self._check_deadline()
+            self._timeout(f"the worker began its reply but did not finish it within {REPLY_SECONDS:g} s.")
         finally:
             if self.sock is not None:
                 self.sock.settimeout(None)
 
-    def _timeout(self, cpu_limit: float):
+    def _check_deadline(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            self.timed_out = True
+            self._drop_worker()
+            raise TimeoutError("the submission ran out of its time limit during this test")
+
+    def _timeout(self, why: str):
         self._drop_worker()
-        raise TimeoutError(f"the call did not finish within {cpu_limit:g} s of CPU time: look for "
-                           "an infinite loop, or work that grows far faster than the input. The next "
-                           "test runs in a fresh worker.")
+        raise TimeoutError(f"{why} The next test runs in a fresh worker.")
 
     def _drop_worker(self) -> None:
         if self.sock is not None:
@@ -134,6 +162,7 @@ class Link:
         """The worker's failure as the grader's exception: its kind decides how checks treat it
         (a plain raise, a device mix, a return value that is no answer); on a hidden case the
         submission's own words are dropped, since the case's inputs could be in them."""
+        error = error if isinstance(error, dict) else {}
         kind = str(error.get("type", "Exception"))
         hidden = self.phase == "hidden"  # even the exception's name is the submission's to choose
         message = "failed on a hidden case" if hidden else str(error.get("message", ""))
@@ -145,8 +174,20 @@ class Link:
             return ContractViolation(f"the result cannot be checked: {message}")
         if hidden:
             return StudentCodeError(message)
-        where = f"\n{error['traceback'].rstrip()}" if error.get("traceback") else ""
+        where = f"\n{str(error['traceback']).rstrip()}" if error.get("traceback") else ""
         return StudentCodeError(f"{kind}: {message}{where}")
+
+
+@contextlib.contextmanager
+def _reading_reply():
+    """A reply that is well-formed on the wire but not what was asked for fails its test with one
+    line: never with the grader's own traceback."""
+    try:
+        yield
+    except NotImplementedError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as e:
+        raise StudentCodeError(f"the worker sent a malformed reply ({type(e).__name__})") from None
 
 
 class RemoteFunctions:
@@ -169,13 +210,14 @@ class RemoteFunction:
     def __call__(self, *args, **kwargs):
         kwargs = self.signature.bind(*args, **kwargs).arguments
         reply = self.link.request(op="call", name=self.name, kwargs=kwargs)
-        with torch.no_grad():  # mirror in-place writes, so the mutation check sees them
+        with _reading_reply(), torch.no_grad():  # mirror in-place writes, so the mutation check sees them
             leaves = dict(wire.tensors(kwargs))
             for path, value in reply.get("mutated", {}).items():
                 if path in leaves and leaves[path].shape == value.shape:
                     leaves[path].copy_(value)
         wrt = [t for _, t in wire.tensors(kwargs) if t.requires_grad]
-        return _result(self.link, reply, wrt)
+        with _reading_reply():
+            return _result(self.link, reply, wrt)
 
     def remote_probe(self, kind: str, *args, **kwargs):
         return _probe(self.link, kind, {"function": self.name}, args, kwargs)
@@ -194,25 +236,33 @@ class RemoteModule(torch.nn.Module):
 
     def forward(self, *args):
         params = list(self.parameters())
-        return _result(self._link, self._ask("forward", *args), [p for p in params if p.requires_grad])
+        reply = self._ask("forward", *args)
+        with _reading_reply():
+            return _result(self._link, reply, [p for p in params if p.requires_grad])
 
     def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
         if self._params is None:
-            fetched = self._ask("named_parameters")["value"]
-            self._params = {n: t.detach().requires_grad_(t.is_floating_point()) for n, t in fetched.items()}
+            fetched = self._ask("named_parameters")
+            with _reading_reply():
+                self._params = {str(n): t.detach().requires_grad_(t.is_floating_point())
+                                for n, t in fetched["value"].items()}
         return iter((prefix + n, p) for n, p in self._params.items())
 
     def parameters(self, recurse: bool = True):
         return (p for _, p in self.named_parameters())
 
     def named_buffers(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
-        return iter((prefix + n, b) for n, b in self._ask("named_buffers")["value"].items())
+        reply = self._ask("named_buffers")
+        with _reading_reply():
+            return iter([(prefix + str(n), b) for n, b in reply["value"].items()])
 
     def buffers(self, recurse: bool = True):
         return (b for _, b in self.named_buffers())
 
     def state_dict(self, *args, **kwargs):
-        return dict(self._ask("state_dict")["value"])
+        reply = self._ask("state_dict")
+        with _reading_reply():
+            return dict(reply["value"])
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         self._ask("load_state_dict", dict(state_dict))
@@ -247,8 +297,9 @@ class _FromWorker(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, cotangent):
-        grads = ctx.link.request(op="vjp", handle=ctx.handle, cotangent=cotangent.contiguous())["grads"]
-        if len(grads) != len(ctx.shapes) or any(
+        reply = ctx.link.request(op="vjp", handle=ctx.handle, cotangent=cotangent.contiguous())
+        grads = reply.get("grads")
+        if not isinstance(grads, list) or len(grads) != len(ctx.shapes) or any(
                 g is not None and (not isinstance(g, torch.Tensor) or g.shape != s) for g, s in zip(grads, ctx.shapes)):
             raise StudentCodeError("the worker returned gradients that do not match the inputs")
         return (None, None, None, *grads)
@@ -265,9 +316,16 @@ def _result(link: Link, reply: dict, wrt: list):
 
 def _probe(link: Link, kind: str, target: dict, args: tuple, kwargs: dict):
     reply = link.request(op="probe", kind=kind, target=target, args=list(args), kwargs=kwargs)
+    with _reading_reply():
+        return _probe_value(kind, reply)
+
+
+def _probe_value(kind: str, reply: dict):
     if kind == "allocation":
         largest = reply.get("largest")
         found = None if largest is None else Allocation(
             str(largest["op"]), [int(s) for s in largest["shape"]], getattr(torch, str(largest["dtype"])))
         return reply.get("value"), found
+    if kind == "tables":
+        return [str(name) for name in reply.get("value")]
     return reply.get("value")

@@ -7,19 +7,28 @@ modules read-only, and one writable scratch folder at /scratch ($TMPDIR, $HOME).
 project, its fixtures, reference/, the grader's output and other sandboxes do not
 exist there. It has no network, its own PID namespace (nothing it
 starts outlives it), a scrubbed environment and resource limits; when the grader
-runs as root it also drops to an unprivileged uid of its own.
+runs as root it also drops to an unprivileged uid of its own, from a block of uids
+this grader alone holds. Its scratch folder is a size-limited tmpfs that vanishes with
+it; a seccomp filter denies the kernel keyring (add_key, keyctl, request_key: the one
+store that outlives processes) and new user namespaces. Each submission gets a control
+group (memory, processes, one CPU, and the CPU time of its whole process tree).
 
 Without bubblewrap only the limits, the scrubbed environment, a new session and
-(as root) the uid drop remain; `Protections` says which are active, and
-`harness grade --require-confinement` refuses to grade without the full set.
+(as root) the uid drop remain; without cgroups the limits are per process (rlimits).
+`Protections` says which are active, and `harness grade --require-confinement` refuses
+to grade without bubblewrap and the uid drop.
 """
 
+import errno
 import os
+import platform
 import resource
 import shutil
 import signal
 import site
 import socket
+import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -30,14 +39,23 @@ from pathlib import Path
 HARNESS = Path(__file__).resolve().parent
 WORKER_MODULES = ("__init__.py", "paths.py", "wire.py", "probes.py", "worker.py")
 BASE_UID = 61000  # one uid per parallel grading slot, so slots cannot signal or starve each other
+UID_BLOCK = 16    # slots (uids) per grader: `harness grade` claims a free block, so graders run side by side
+UID_BLOCKS = 64
 NPROC = 256       # processes and threads per uid
+PIDS = 512        # processes and threads per submission (cgroup)
 FILE_LIMIT = 64 << 20
+SCRATCH_BYTES = 256 << 20  # the scratch tmpfs
+OUTPUT_CAP = 1 << 20       # bytes of visible-phase output kept
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+OOM_DRIVER, OOM_SANDBOX, OOM_WORKER = -900, 500, 1000  # who the OOM killer takes first: workers
 
 
 @dataclass
 class Protections:
     bwrap: str | None
     uid_drop: bool
+    seccomp: bool = False      # the keyring and user-namespace filter (needs bwrap)
+    cgroup: str | None = None  # "v1" or "v2": per-submission limits; None: rlimits per process
 
     @classmethod
     def detect(cls, bubblewrap: bool = True) -> "Protections":
@@ -46,7 +64,8 @@ class Protections:
                                     capture_output=True).returncode != 0:
             bwrap = None  # installed but unusable here (no user namespaces, seccomp)
         # Without bwrap's mounts, another uid must be able to reach Python and its packages itself.
-        return cls(bwrap, os.geteuid() == 0 and (bwrap is not None or _readable_by_others(_system_paths())))
+        uid_drop = os.geteuid() == 0 and (bwrap is not None or _readable_by_others(_system_paths()))
+        return cls(bwrap, uid_drop, bwrap is not None and _seccomp_works(bwrap), Cgroup.detect())
 
     @property
     def confined(self) -> bool:
@@ -55,76 +74,108 @@ class Protections:
     def describe(self) -> str:
         on = ["resource limits (memory, file size, processes, CPU)", "scrubbed environment",
               "CPU-time limit per call"]
+        off = []
+        if self.cgroup:
+            on.append(f"per-submission cgroup ({self.cgroup}: memory, processes, one CPU, CPU time of the "
+                      "whole process tree)")
+        else:
+            off.append("per-submission cgroup (limits are per process: rlimits)")
         if self.bwrap:
-            on += ["filesystem allow-list", "no network", "PID namespace"]
+            on += ["filesystem allow-list", "no network", "PID namespace",
+                   f"scratch on a {SCRATCH_BYTES >> 20} MiB tmpfs"]
+        else:
+            off += ["filesystem allow-list", "no network", "PID namespace (install bubblewrap)"]
+        if self.seccomp:
+            on.append("seccomp (no kernel keyring, no user namespaces)")
+        else:
+            off.append("seccomp keyring filter (needs bubblewrap on x86_64 or aarch64)")
         if self.uid_drop:
             on.append("unprivileged uid per slot")
-        off = [] if self.bwrap else ["filesystem allow-list", "no network", "PID namespace (install bubblewrap)"]
-        if not self.uid_drop:
+        else:
             off.append("uid drop (needs root, and Python readable by other users)")
         return "protections on: " + ", ".join(on) + ("; OFF: " + ", ".join(off) if off else "")
 
 
 class Sandbox:
-    """One submission's confined zygote. `fork(phase)` gives a connected worker socket."""
+    """One submission's confined zygote. `fork()` gives a connected worker socket.
+
+    Every worker, visible phase or hidden, starts the same way: the first worker of a fresh
+    sandbox (new scratch, new PID namespace, stdout a pipe to the driver), so nothing tells
+    the phases apart; in the hidden phase the driver drops what comes through the pipe."""
 
     def __init__(self, submission: Path, protections: Protections, slot: int, memory_mb: int,
                  cpu_seconds: float):
         self.protections, self.slot = protections, slot
-        self.root = Path(tempfile.mkdtemp(prefix="sandbox-"))
+        # Named after the driver, so a grader can remove the sandboxes of drivers that died.
+        self.root = Path(tempfile.mkdtemp(prefix=f"sandbox-{os.getpid()}-"))
         self.lib = self.root / "lib" / "harness"
         self.lib.mkdir(parents=True)
         for name in WORKER_MODULES:  # copyfile: readable by the worker even where the source is root-only
             shutil.copyfile(HARNESS / name, self.lib / name)
         for folder in (self.root, self.lib.parent, self.lib):
             os.chmod(folder, 0o755)
-        self.scratch = self.root / "scratch"
-        self.scratch.mkdir()
-        self.output = self.root / "output.txt"
         self.uid = BASE_UID + slot if protections.uid_drop else None
-        if self.uid is not None:
-            os.chown(self.scratch, self.uid, self.uid)
+        self.scratch: Path | None = None  # a host folder only without bubblewrap (otherwise a tmpfs)
+        self.output = self.root / "output.txt"
+        self.output.touch()
+        self.kept = 0  # visible-phase output bytes written to self.output
         self.submission = submission
         self.memory, self.cpu_seconds = memory_mb << 20, int(cpu_seconds) + 1
         self.process: subprocess.Popen | None = None
         self.control: socket.socket | None = None
-        self.hidden = False  # once set: fresh scratch, output discarded
+        self.stdout: int | None = None  # the read end of the sandbox's stdout pipe
+        self.hidden = False  # once set: output dropped
+        try:
+            self.cgroup = Cgroup.create(protections.cgroup, f"{slot}-{self.root.name}", self.memory) \
+                if protections.cgroup else None
+        except BaseException:
+            remove_tree(self.root)
+            raise
 
     def seal_for_hidden_cases(self) -> None:
-        """Before hidden cases: every visible-test process dead, an empty scratch folder, and
-        later workers' output discarded. The zygote is kept (it never ran submission code)
-        when the host sees it is the slot uid's only process left; otherwise the sandbox goes
-        whole and the next one gets a new scratch folder."""
-        if self.kill_workers() and self.uid is not None and _settles(self.uid, 1):
-            for entry in self.scratch.iterdir():
-                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-        else:
-            self.stop()
-            self.scratch = Path(tempfile.mkdtemp(prefix="scratch-", dir=self.root))
-            if self.uid is not None:
-                os.chown(self.scratch, self.uid, self.uid)
+        """Before hidden cases: every visible-test process dead and the whole sandbox gone;
+        the next worker starts in a fresh one, whose output is dropped."""
+        self.stop()
         self.hidden = True
 
     # -- lifecycle
 
     def start(self) -> None:
+        self.stop()
+        if not self.protections.bwrap:
+            self.scratch = Path(tempfile.mkdtemp(prefix="scratch-", dir=self.root))
+            if self.uid is not None:
+                os.chown(self.scratch, self.uid, self.uid)
         ours, theirs = socket.socketpair()
-        with open(os.devnull, "wb") if self.hidden else self.output.open("ab") as out:
+        read, write = os.pipe()
+        filter_fd = self._seccomp_fd()
+        fds = [theirs.fileno()] + ([filter_fd] if filter_fd is not None else [])
+        try:
             self.process = subprocess.Popen(
-                self._command(theirs.fileno()), pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
-                stdout=out, stderr=subprocess.STDOUT, env=self._environment(), cwd=self.scratch,
+                self._command(theirs.fileno(), filter_fd), pass_fds=fds, stdin=subprocess.DEVNULL,
+                stdout=write, stderr=write, env=self._environment(), cwd=self.scratch or self.root,
                 preexec_fn=self._limits, start_new_session=True)
-        theirs.close()
-        self.control = ours
+        except BaseException:
+            os.close(read)
+            ours.close()
+            raise
+        finally:
+            os.close(write)
+            theirs.close()
+            if filter_fd is not None:
+                os.close(filter_fd)
+        os.set_blocking(read, False)
+        self.stdout, self.control = read, ours
 
-    def fork(self, phase: str) -> socket.socket:
+    def fork(self) -> socket.socket:
         from harness import wire
         if self.process is None or self.process.poll() is not None:
             self.start()
         try:
-            wire.send(self.control, {"op": "fork", "phase": phase})
+            wire.send(self.control, {"op": "fork"})
             _, fds, _, _ = socket.recv_fds(self.control, 1, 1)
         except OSError as e:
+            self.pump()
             raise ConnectionError(f"the sandbox did not start: {e}; its output says: "
                                   f"{self.output.read_bytes()[-500:].decode('utf-8', 'replace')}") from None
         if not fds:
@@ -154,27 +205,69 @@ class Sandbox:
         if self.control is not None:
             self.control.close()
             self.control = None
+        if self.cgroup is not None:
+            self.cgroup.kill()
         if self.uid is not None:
             kill_uid(self.uid)
+        if self.stdout is not None:
+            self.pump(everything=True)  # every writer is dead: read up to the end
+            if self.stdout is not None:
+                os.close(self.stdout)
+                self.stdout = None
+        if self.scratch is not None:
+            remove_tree(self.scratch)
+            self.scratch = None
 
-    def close(self, visible_bytes: int | None = None) -> str:
-        """Stop, remove the sandbox folder, and return the end of what visible-test workers printed
-        (the first `visible_bytes` of the output: after them, hidden-case workers ran)."""
-        self.stop()
-        data = self.output.read_bytes()[:visible_bytes] if self.output.exists() else b""
-        shutil.rmtree(self.root, ignore_errors=True)
+    def close(self) -> str:
+        """Stop, remove the sandbox folder and its cgroup, and return the end of what
+        visible-test workers printed."""
+        try:
+            self.stop()
+        finally:
+            if self.cgroup is not None:
+                self.cgroup.remove()
+        data = self.output.read_bytes() if self.output.exists() else b""
+        remove_tree(self.root)
         return data[-20_000:].decode("utf-8", "replace")
 
-    def cpu_seconds_used(self) -> float:
-        """CPU time of every process in the sandbox, read from the host's /proc."""
-        return tree_cpu(self.process.pid) if self.process else 0.0
+    def pump(self, everything: bool = False) -> None:
+        """Move what the sandbox printed into output.txt: in the visible phase, up to OUTPUT_CAP
+        bytes; in the hidden phase nothing (the pipe is emptied all the same)."""
+        for _ in range(1 << 30 if everything else 64):
+            try:
+                data = os.read(self.stdout, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:  # every writer closed it
+                os.close(self.stdout)
+                self.stdout = None
+                return
+            if not self.hidden and self.kept < OUTPUT_CAP:
+                data = data[:OUTPUT_CAP - self.kept]
+                with self.output.open("ab") as f:
+                    f.write(data)
+                self.kept += len(data)
 
-    def output_size(self) -> int:
-        return self.output.stat().st_size if self.output.exists() else 0
+    def cpu_seconds_used(self) -> float:
+        """CPU time of every process of the submission: its cgroup's, or else the sandbox's
+        process tree read from the host's /proc."""
+        if self.cgroup is not None:
+            return self.cgroup.cpu_seconds()
+        return tree_cpu(self.process.pid) if self.process else 0.0
 
     # -- the command
 
-    def _command(self, control_fd: int) -> list[str]:
+    def _seccomp_fd(self) -> int | None:
+        if not (self.protections.bwrap and self.protections.seccomp):
+            return None
+        read, write = os.pipe()
+        os.write(write, seccomp_filter())  # a few hundred bytes: fits the pipe's buffer
+        os.close(write)
+        return read
+
+    def _command(self, control_fd: int, filter_fd: int | None) -> list[str]:
         python = [sys.executable, "-I", "-c",
                   "import sys; sys.path[:0] = [sys.argv.pop(1)]; from harness.worker import main; main()"]
         if not self.protections.bwrap:
@@ -182,6 +275,8 @@ class Sandbox:
         # Inside the sandbox, the submission and the worker's modules sit at fixed places.
         args = [self.protections.bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
                 "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev"]
+        if filter_fd is not None:
+            args += ["--seccomp", str(filter_fd)]
         for path in _system_paths():
             args += _mount(path, path)
         for packages in site.getsitepackages():  # an installed harness holds the catalogue: hide it
@@ -189,8 +284,9 @@ class Sandbox:
                 args += ["--tmpfs", str(Path(packages) / "harness")]
         args += _mount(self.submission, Path("/submission"))
         args += _mount(self.lib.parent, Path("/opt/harness-worker"))
-        # Not at /tmp: Python itself may live there (a venv in /tmp), read-only.
-        args += ["--bind", str(self.scratch), "/scratch", "--chdir", "/scratch"]
+        # Not at /tmp: Python itself may live there (a venv in /tmp), read-only. A tmpfs of its
+        # own: bounded, and gone with the sandbox (no deep tree or full disk left behind).
+        args += ["--perms", "01777", "--size", str(SCRATCH_BYTES), "--tmpfs", "/scratch", "--chdir", "/scratch"]
         drop = []
         if self.uid is not None:
             setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
@@ -205,6 +301,9 @@ class Sandbox:
                 "PYTHONHASHSEED": "0"}
 
     def _limits(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.join()
+        set_oom_score(OOM_SANDBOX)
         resource.setrlimit(resource.RLIMIT_AS, (self.memory, self.memory))
         resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -215,6 +314,264 @@ class Sandbox:
                 os.setgroups([])
                 os.setgid(self.uid)
                 os.setuid(self.uid)
+
+
+class Cgroup:
+    """One submission's control group: memory, processes and one CPU for all its processes
+    together, and the CPU time of its whole process tree (reaped and killed ones too)."""
+
+    CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")
+
+    def __init__(self, version: str, folders: list[Path]):
+        self.version, self.folders = version, folders
+
+    @staticmethod
+    def _bases(version: str) -> list[Path]:
+        """Where this process's groups are, per controller (v1), or its one group (v2)."""
+        own = {}
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, names, path = line.split(":", 2)
+            for name in names.split(",") if names else [""]:
+                own[name] = path.lstrip("/")
+        if version == "v2":
+            return [CGROUP_ROOT / own.get("", "")]
+        bases = {(CGROUP_ROOT / c).resolve() / own[c] for c in Cgroup.CONTROLLERS if c in own}
+        return sorted(bases) if len(bases) >= 3 else []
+
+    @classmethod
+    def detect(cls) -> str | None:
+        """The version whose groups this process can make and fill (as root, usually), or None."""
+        if os.geteuid() != 0:
+            return None
+        version = "v2" if (CGROUP_ROOT / "cgroup.controllers").exists() else "v1"
+        try:
+            probe = cls.create(version, f"probe-{os.getpid()}", 256 << 20)
+        except (OSError, ValueError, KeyError):
+            return None
+        probe.remove()
+        return version
+
+    @classmethod
+    def create(cls, version: str, name: str, memory: int) -> "Cgroup":
+        bases = cls._bases(version)
+        if not bases:
+            raise OSError(errno.ENOENT, "no cgroup controllers found")
+        if version == "v2":
+            (bases[0] / "cgroup.subtree_control").write_text("+memory +pids +cpu")
+        group = cls(version, [base / f"harness-{os.getpid()}-{name}" for base in bases])
+        try:
+            for folder in group.folders:
+                folder.mkdir()
+            group._set("memory.limit_in_bytes" if version == "v1" else "memory.max", memory)
+            if version == "v1":
+                group._set("memory.memsw.limit_in_bytes", memory, optional=True)  # no swap either
+                group._set("cpu.cfs_period_us", 100_000)
+                group._set("cpu.cfs_quota_us", 100_000)  # one CPU: a storm of processes takes one core
+            else:
+                group._set("memory.swap.max", 0, optional=True)
+                group._set("cpu.max", "100000 100000")
+            group._set("pids.max", PIDS)
+        except BaseException:
+            group.remove()
+            raise
+        return group
+
+    def _set(self, name: str, value, optional: bool = False) -> None:
+        for folder in self.folders:
+            if (folder / name).exists():
+                (folder / name).write_text(str(value))
+                return
+        if not optional:
+            raise OSError(errno.ENOENT, f"no {name} in {self.folders}")
+
+    def join(self) -> None:
+        """Move this process (a sandbox about to exec) into the group; its children follow."""
+        for folder in self.folders:
+            (folder / "cgroup.procs").write_text(str(os.getpid()))
+
+    def cpu_seconds(self) -> float:
+        try:
+            for folder in self.folders:
+                if (folder / "cpuacct.usage").exists():
+                    return int((folder / "cpuacct.usage").read_text()) / 1e9
+                if (folder / "cpu.stat").exists() and self.version == "v2":
+                    stat_lines = dict(line.split() for line in (folder / "cpu.stat").read_text().splitlines())
+                    return int(stat_lines["usage_usec"]) / 1e6
+        except (OSError, ValueError, KeyError):
+            pass
+        return 0.0
+
+    def pids(self) -> list[int]:
+        found = set()
+        for folder in self.folders:
+            try:
+                found |= {int(p) for p in (folder / "cgroup.procs").read_text().split()}
+            except (OSError, ValueError):
+                pass
+        return sorted(found)
+
+    def kill(self, seconds: float = 10.0) -> bool:
+        """SIGKILL every process in the group until none is left."""
+        deadline = time.monotonic() + seconds
+        while victims := self.pids():
+            if time.monotonic() > deadline:
+                return False
+            for pid in victims:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.01)
+        return True
+
+    def remove(self) -> None:
+        self.kill()
+        for folder in self.folders:
+            for _ in range(100):  # a killed process leaves its group a moment later
+                try:
+                    folder.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)
+
+    @classmethod
+    def remove_orphans(cls, version: str | None) -> None:
+        """The groups of graders' drivers that died without removing them."""
+        if not version:
+            return
+        for base in cls._bases(version):
+            for folder in base.glob("harness-*-*"):
+                pid = folder.name.split("-")[1]
+                if pid.isdigit() and not _alive(int(pid)):
+                    cls(version, [folder]).remove()
+
+
+def remove_orphan_sandboxes(tmp: Path | None = None) -> None:
+    """Sandbox folders whose driver died (a killed driver cannot clean up after itself)."""
+    for folder in (tmp or Path(tempfile.gettempdir())).glob("sandbox-*-*"):
+        pid = folder.name.split("-")[1]
+        if pid.isdigit() and not _alive(int(pid)) and folder.is_dir() and not folder.is_symlink():
+            remove_tree(folder)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def set_oom_score(value: int) -> None:
+    """This process's place in the OOM killer's order (lowering it needs root: then it stays)."""
+    try:
+        Path("/proc/self/oom_score_adj").write_text(str(value))
+    except OSError:
+        pass
+
+
+def remove_tree(root: Path) -> bool:
+    """Remove a folder and everything in it, iteratively: no recursion limit, no path-length
+    limit (every step is relative to an open folder), folders made unreadable or unwritable
+    are opened up first, symbolic links are removed and never followed. False if something
+    could not be removed (it is left, and the rest goes)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        if root.is_symlink() or not root.is_dir():
+            root.unlink(missing_ok=True)
+            return True
+        os.chmod(root, 0o700)
+        fd = os.open(root, flags)
+    except OSError:
+        return False
+    depth, stuck, clean = 0, set(), True
+    while True:
+        child = None
+        try:
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            st = entry.stat(follow_symlinks=False)
+                            if (st.st_dev, st.st_ino) in stuck:  # emptied already: remove it now
+                                os.rmdir(entry.name, dir_fd=fd)
+                                continue
+                            stuck.add((st.st_dev, st.st_ino))  # entered once only, whatever happens
+                            if stat.S_IMODE(st.st_mode) & 0o700 != 0o700:
+                                os.chmod(entry.name, 0o700, dir_fd=fd, follow_symlinks=False)
+                            child = os.open(entry.name, flags, dir_fd=fd)
+                            break
+                        os.unlink(entry.name, dir_fd=fd)
+                    except OSError:
+                        clean = False
+        except OSError:
+            clean = False
+        if child is not None:
+            os.close(fd)
+            fd, depth = child, depth + 1
+            continue
+        if depth == 0:
+            os.close(fd)
+            break
+        parent = os.open("..", flags, dir_fd=fd)
+        os.close(fd)
+        fd, depth = parent, depth - 1
+        # the folder just emptied is removed when the parent is scanned again
+    try:
+        os.rmdir(root)
+    except OSError:
+        return False
+    return clean
+
+
+_SYSCALLS = {  # audit arch, and the syscall numbers the filter needs
+    "x86_64": (0xC000003E, {"add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272,
+                            "clone": 56, "clone3": 435}),
+    "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219, "unshare": 97,
+                             "clone": 220, "clone3": 435}),
+}
+
+
+def seccomp_filter() -> bytes:
+    """A classic BPF program for bwrap's --seccomp: the kernel keyring (the one store that outlives
+    every process and is shared by a uid) and new user namespaces (unshare, clone with
+    CLONE_NEWUSER) fail with EPERM; clone3, whose flags a filter cannot read, fails with ENOSYS
+    (the C library then uses clone); a foreign ABI (i386, x32) gets EPERM for everything."""
+    arch, nr = _SYSCALLS[platform.machine()]
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
+    load, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    program = [(load, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, eperm),
+               (load, 0, 0, 0), (jge, 0, 1, 0x40000000), (ret, 0, 0, eperm)]
+    for name in ("add_key", "request_key", "keyctl", "unshare"):
+        program += [(jeq, 0, 1, nr[name]), (ret, 0, 0, eperm)]
+    program += [(jeq, 0, 1, nr["clone3"]), (ret, 0, 0, enosys),
+                (jeq, 1, 0, nr["clone"]), (ret, 0, 0, allow),
+                (load, 0, 0, 16), (jset, 0, 1, 0x10000000), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
+    return b"".join(struct.pack("=HBBI", *op) for op in program)
+
+
+def _seccomp_works(bwrap: str) -> bool:
+    """The filter loads, and with it keyctl fails while Python runs."""
+    if platform.machine() not in _SYSCALLS:
+        return False
+    read, write = os.pipe()
+    os.write(write, seccomp_filter())
+    os.close(write)
+    check = ("import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); "
+             f"sys.exit(0 if libc.syscall({_SYSCALLS[platform.machine()][1]['keyctl']}, 0, -3, 0) == -1 "
+             "and ctypes.get_errno() == 1 else 1)")
+    try:
+        args = [bwrap, "--seccomp", str(read)]
+        for path in _system_paths():
+            args += _mount(path, path)
+        return subprocess.run([*args, sys.executable, "-I", "-c", check], pass_fds=[read],
+                              capture_output=True).returncode == 0
+    finally:
+        os.close(read)
 
 
 def _system_paths() -> list[Path]:
@@ -290,16 +647,6 @@ def uid_processes(uid: int) -> list[int]:
             except (OSError, IndexError):
                 pass
     return found
-
-
-def _settles(uid: int, count: int, seconds: float = 2.0) -> bool:
-    """Whether the uid is down to `count` processes within `seconds` (killed ones take a moment)."""
-    deadline = time.monotonic() + seconds
-    while len(uid_processes(uid)) > count:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def kill_uid(uid: int, seconds: float = 10.0) -> bool:

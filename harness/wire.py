@@ -11,6 +11,7 @@ meta tensors travel as shape and dtype alone.
 import json
 import socket
 import struct
+import time
 
 import torch
 from safetensors.torch import load, save
@@ -33,15 +34,23 @@ def send(sock: socket.socket, value) -> None:
     sock.sendall(_HEAD.pack(len(header), len(blob)) + header + blob)
 
 
-def recv(sock: socket.socket):
-    head_len, blob_len = _HEAD.unpack(_read(sock, _HEAD.size))
+def recv(sock: socket.socket, deadline: float | None = None):
+    """One message. With a `deadline` (time.monotonic()), the whole message must have arrived by
+    then, however it trickles in (TimeoutError otherwise). Whatever is malformed in it raises
+    WireError, never another exception."""
+    head_len, blob_len = _HEAD.unpack(_read(sock, _HEAD.size, deadline))
     if head_len > MAX_HEADER:
         raise WireError(f"a message header of {head_len:,} bytes exceeds the {MAX_HEADER:,}-byte limit")
     if head_len + blob_len > MAX_MESSAGE:
         raise WireError(f"a message of {head_len + blob_len:,} bytes exceeds the {MAX_MESSAGE:,}-byte limit")
-    header = json.loads(_read(sock, head_len))
-    tensors = load(_read(sock, blob_len)) if blob_len else {}
-    return _decode(header, tensors)
+    header = _read(sock, head_len, deadline)
+    blob = _read(sock, blob_len, deadline) if blob_len else b""
+    try:
+        return _decode(json.loads(header), load(blob) if blob else {})
+    except WireError:
+        raise
+    except Exception as e:  # noqa: BLE001 - bad JSON, a bad blob, a reference to nothing, ...
+        raise WireError(f"a malformed message ({type(e).__name__})") from None
 
 
 def tensors(args: dict):
@@ -49,9 +58,14 @@ def tensors(args: dict):
     return ((path, value) for path, value in leaves(args) if isinstance(value, torch.Tensor))
 
 
-def _read(sock: socket.socket, n: int) -> bytes:
+def _read(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
     chunks, left = [], n
     while left:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("the message did not arrive in time")
+            sock.settimeout(remaining)
         chunk = sock.recv(min(left, 1 << 20))
         if not chunk:
             raise WireError("the connection closed mid-message")

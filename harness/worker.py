@@ -4,10 +4,11 @@ It runs inside the sandbox (harness/sandbox.py) and sees nothing but Python, its
 packages, a read-only copy of the submission and a scratch folder. It never receives
 expected values, fixture files or case metadata: only the arguments of one call.
 
-    zygote  imports torch once, then forks a fresh worker on request: one for the
-            visible tests, then, once every visible-test process is dead, one for the
-            hidden cases (its output is discarded). A worker that crashed or timed out
-            is replaced the same way, so no half-imported module outlives a timeout.
+    zygote  imports torch once, then forks a fresh worker on request. A worker that
+            crashed or timed out is replaced the same way, so no half-imported module
+            outlives a timeout. Hidden cases run in another sandbox, started once every
+            visible-test process is dead: a worker cannot tell which phase it serves (the
+            zygote is never told; its stdout is the same pipe, which the grader drops).
     worker  answers requests from the grader: call an adapter, the gradient of a
             result (vector-Jacobian product), a method of a module it returned, or a
             probe (allocation size, meta device) run over one of those.
@@ -49,7 +50,7 @@ def zygote(control_fd: int, namespace: bool) -> None:
             if pid == 0:
                 control.close()
                 ours.close()
-                _become_worker(request["phase"])
+                _become_worker()
                 serve(theirs)
                 os._exit(0)
             theirs.close()
@@ -60,16 +61,17 @@ def zygote(control_fd: int, namespace: bool) -> None:
             wire.send(control, {"killed": True})
 
 
-def _become_worker(phase: str) -> None:
+def _become_worker() -> None:
     _set_dumpable(True)
     os.setsid()
-    if phase == "hidden":  # nothing a hidden-case worker prints reaches anyone
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 1)
-        os.dup2(null, 2)
-        os.close(null)
-    sys.stdout.reconfigure(write_through=True)  # a worker is killed, not closed: lose no output
-    sys.stderr.reconfigure(write_through=True)
+    try:  # the OOM killer's first choice, before the zygote and long before the grader
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+    # A worker is killed, not closed: each line goes out as it is printed.
+    sys.stdout.reconfigure(write_through=True, line_buffering=True)
+    sys.stderr.reconfigure(write_through=True, line_buffering=True)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     torch.manual_seed(0)  # a deterministic start; calls are not reseeded (dropout must still vary)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import PROJECT, edit, reference_as_student
 from harness.contract import ADAPTERS
-from harness.sandbox import BASE_UID
+from harness.sandbox import BASE_UID, UID_BLOCK, UID_BLOCKS
 
 FULL = sum(a.points for a in ADAPTERS.values())
 HOSTILE = Path(__file__).parent / "hostile"
@@ -46,7 +46,18 @@ ATTACKS = {
     "records_hidden": ("reference", "records_hidden.py"),
     "raises_everywhere": ("stubs", "raises_everywhere.py"),
     "stalls_reply": ("stubs", "stalls_reply.py"),
+    "keyring_store": ("stubs", "keyring_store.py"),
+    "keyring_read": ("stubs", "keyring_read.py"),
+    "disk_fill": ("stubs", "disk_fill.py"),
+    "deep_tree": ("stubs", "deep_tree.py"),
+    "memory_fork": ("stubs", "memory_fork.py"),
+    "cpu_storm": ("stubs", "cpu_storm.py"),
+    "slow_drip": ("stubs", "slow_drip.py"),
+    "malformed_reply": ("stubs", "malformed_reply.py"),
 }
+KEYRING_SECRET = "keyring-secret-6061"
+# Attacks on the machine's resources: each runs beside honest work, which must keep full marks.
+RESOURCE_ATTACKS = ("disk_fill", "deep_tree", "memory_fork", "cpu_storm", "slow_drip")
 
 # Points without the work. Two known mistakes at once, for a lookup to hide:
 TWO_BUGS = [("rope.py", *EDITED["half_split_rope"][1:]), ("attention.py", *EDITED["no_scale"][1:])]
@@ -130,7 +141,7 @@ def survivors() -> list[str]:
             uid = os.stat(f"/proc/{p}").st_uid
         except OSError:
             continue
-        if f"sleep {MARKER}" in cmdline or BASE_UID <= uid < BASE_UID + 64:
+        if f"sleep {MARKER}" in cmdline or BASE_UID <= uid < BASE_UID + UID_BLOCK * UID_BLOCKS:
             found.append(f"{p}: uid {uid} {cmdline[:80]}")
     return found
 

@@ -4,8 +4,9 @@ selftest/hostile/) scores 0 and stays contained. Then grading where the machine 
 is not the usual one: under load, without bubblewrap, with a sandbox that cannot run Python,
 and through the Gradescope template.
 
-One file on purpose: a grading slot is a uid (61000 + slot), so two gradings at once would
-kill each other's sandboxes; under `-n N` a file runs in one worker, one test at a time."""
+One file on purpose, so that the machine's two cores grade one batch at a time: under `-n N`
+a file runs in one worker, one test at a time. (Two graders at once do work: each claims its
+own block of worker uids, and one test here runs two side by side.)"""
 
 import csv
 import hashlib
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,9 +30,10 @@ from harness.contract import ADAPTERS
 from harness.grade import grade_all
 from harness.sandbox import Protections
 from harness.store import Term
-from submissions import (ACCOUNTING_PIECES, ATTACKS, CANARY, EDITED, EDITED_PIECES, EXITS, FULL, LOOKUPS, MASK_ON_CPU,
-                         OWNER, PROBE_MISTAKES, TWO_BUGS, bad_archives, copy_stubs, hangs_and_exits, looks_up,
-                         points_per_function, survivors, with_attack, with_edits)
+from submissions import (ACCOUNTING_PIECES, ATTACKS, CANARY, EDITED, EDITED_PIECES, EXITS, FULL, KEYRING_SECRET,
+                         LOOKUPS, MASK_ON_CPU, OWNER, PROBE_MISTAKES, RESOURCE_ATTACKS, TWO_BUGS, bad_archives,
+                         copy_stubs, hangs_and_exits, looks_up, points_per_function, survivors, with_attack,
+                         with_edits)
 
 requires_bwrap = pytest.mark.skipif(not Protections.detect().confined, reason="bubblewrap is not usable here")
 
@@ -48,7 +51,8 @@ def graded(tmp_path_factory):
     listener.bind(("127.0.0.1", 0))
     listener.listen()
     listener.settimeout(0.1)
-    constants = {"PROJECT": str(PROJECT), "OUT": str(out), "PORT": listener.getsockname()[1]}
+    constants = {"PROJECT": str(PROJECT), "OUT": str(out), "PORT": listener.getsockname()[1],
+                 "KEYRING_SECRET": KEYRING_SECRET}
 
     reference_as_student(subs / "reference")
     copy_stubs(subs / "stubs")
@@ -74,14 +78,19 @@ def graded(tmp_path_factory):
     (subs / "no_adapters" / "adapters.py").unlink()
     bad_archives(subs)
 
-    # The attack on others goes first and honest work last, so that it is graded after the harm;
-    # the stall (which only waits) starts early, beside the rest.
-    first, last = ("harms_others", "stalls_reply"), ("reference", "zipped.zip")
-    order = sorted(subs.iterdir(), key=lambda p: (p.name not in first, p.name in last, p.name))
+    # The keyring's writer and reader go first, side by side (two slots); then the attack on others,
+    # so that honest work is graded after the harm; the stalls (which only wait) start early. Honest
+    # work goes last, each beside an attack on the machine's resources.
+    first = ("keyring_store", "keyring_read", "harms_others", "stalls_reply", "slow_drip")
+    last = ("cpu_storm", "reference", "memory_fork", "zipped.zip", "disk_fill", "deep_tree")
+    order = sorted(subs.iterdir(), key=lambda p: (p.name not in first, p.name in last,
+                                                  (first + last).index(p.name) if p.name in first + last else 0,
+                                                  p.name))
     before = _project_digest()
     os.environ[CANARY] = "secret"
     try:
-        results = grade_all(PROJECT, order, TERM, out, jobs=2, timeout=300, case_timeout=1)
+        # 1 GiB: the memory fork (3 GB in 60 processes of 50 MB) must meet a per-submission limit
+        results = grade_all(PROJECT, order, TERM, out, jobs=2, timeout=300, case_timeout=1, memory_mb=1024)
     finally:
         del os.environ[CANARY]
     connections = 0
@@ -203,7 +212,54 @@ def test_a_reply_that_stalls_half_way_costs_one_test_not_the_batch(graded):
     result = graded["results"]["stalls_reply"]
     assert result.status == "ok" and result.score == 0
     messages = [t["output"] for t in _results_json(graded, "stalls_reply")["tests"]]
-    assert any("did not finish within" in m for m in messages)
+    assert any("began its reply but did not finish it within" in m for m in messages)
+
+
+@requires_bwrap
+def test_the_kernel_keyring_keeps_nothing_for_another_submission(graded):
+    """One submission stores a secret in every keyring in reach; another, graded beside it in the
+    other slot, looks for it and publishes what it finds. (A later batch looks again, below.)"""
+    stored = (graded["out"] / "keyring_store" / "output.txt").read_text()
+    assert stored.count("errno 1") >= 3, stored  # add_key: EPERM, under the seccomp filter
+    _assert_keyring_reader_found_nothing(graded["out"] / "keyring_read")
+
+
+def _assert_keyring_reader_found_nothing(folder):
+    seen = (folder / "output.txt").read_text() + "".join(
+        t["output"] for t in json.loads((folder / "results.json").read_text())["tests"])
+    assert "KEYRING" in seen and "search -4: errno 1" in seen, "the reader should have run"
+    assert KEYRING_SECRET not in seen and "harness-leak" not in seen
+
+
+@requires_bwrap
+@pytest.mark.parametrize("name", RESOURCE_ATTACKS)
+def test_an_attack_on_the_machine_costs_only_its_own_submission(graded, name):
+    """A disk fill, a 3,000-deep folder, 60 processes of 50 MB, 200 spinning processes and a reply
+    that trickles in byte by byte: each scores 0 with status ok, honest work graded beside them
+    keeps full marks, and no sandbox folder is left behind."""
+    assert graded["results"][name].status == "ok" and graded["results"][name].score == 0
+    for honest in ("reference", "zipped"):
+        assert graded["results"][honest].score == pytest.approx(FULL), honest
+    left = [p.name for p in Path(tempfile.gettempdir()).glob("sandbox-*-*")
+            if p.name.split("-")[1].isdigit() and not Path(f"/proc/{p.name.split('-')[1]}").exists()]
+    assert not left, left
+
+
+@requires_bwrap
+def test_a_reply_that_trickles_in_is_cut_at_one_deadline(graded):
+    messages = [t["output"] for t in _results_json(graded, "slow_drip")["tests"]]
+    assert any("began its reply but did not finish it within" in m for m in messages)
+
+
+@requires_bwrap
+def test_malformed_replies_fail_their_tests_without_the_graders_traceback(graded):
+    """Replies valid on the wire but not what was asked for: each fails its own test, and no
+    published message holds the grader's traceback or paths."""
+    messages = [t["output"] for t in _results_json(graded, "malformed_reply")["tests"]]
+    assert any("malformed reply" in m for m in messages)
+    for name in graded["results"]:
+        for t in _results_json(graded, name)["tests"]:
+            assert str(PROJECT) not in t["output"] and "Traceback (most recent" not in t["output"], t["output"]
 
 
 @requires_bwrap
@@ -453,20 +509,54 @@ def test_require_confinement_refuses_to_grade_without_the_sandbox(tmp_path, monk
     from harness.cli import BadSetup
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
-    with pytest.raises(BadSetup, match="--require-confinement: .*OFF: filesystem allow-list"):
+    with pytest.raises(BadSetup, match="--require-confinement: .*OFF: .*filesystem allow-list"):
         grade_all(PROJECT, [], TERM, tmp_path / "out", protections=Protections(bwrap=None, uid_drop=False),
                   require_confinement=True)
     assert not list((tmp_path / "tmp").iterdir())
 
 
-@pytest.mark.skipif(not Protections.detect().uid_drop, reason="worker uids are used only as root")
-def test_a_second_grader_on_the_machine_is_refused_while_the_first_runs(tmp_path):
-    """Both would use the worker uids 61000+, and each sandbox's teardown kills every process
-    of its uid."""
-    import fcntl
-    from harness.cli import BadSetup
-    from harness.grade import UIDS_LOCK
-    with open(UIDS_LOCK, "a") as first:
-        fcntl.flock(first, fcntl.LOCK_EX)
-        with pytest.raises(BadSetup, match="another `harness grade` is running on this machine"):
-            grade_all(PROJECT, [], TERM, tmp_path / "out")
+@requires_bwrap
+def test_two_graders_at_once_and_a_later_batch_finds_no_key(graded, tmp_path):
+    """A TA's batch (another process) beside this one: each claims its own block of worker uids,
+    and both grade in full. Both come after keyring_store's batch, one of them under its uids,
+    and the keyring reader in each finds nothing."""
+    for batch in ("ours", "theirs"):
+        with_attack(tmp_path / batch / "keyring_read", *ATTACKS["keyring_read"], {"KEYRING_SECRET": KEYRING_SECRET})
+        reference_as_student(tmp_path / batch / "reference")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "HARNESS"))}
+    theirs = subprocess.Popen([sys.executable, "-m", "harness", "grade", *sorted((tmp_path / "theirs").iterdir()),
+                               "--out", str(tmp_path / "theirs-out"), "--term", TERM, "--jobs", "2",
+                               "--case-timeout", "5"],
+                              cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        grade_all(PROJECT, sorted((tmp_path / "ours").iterdir()), TERM, tmp_path / "ours-out", jobs=2,
+                  case_timeout=5)
+    finally:
+        said = theirs.communicate(timeout=600)[0]
+    assert theirs.returncode == 0, said[-2000:]
+    for out in (tmp_path / "ours-out", tmp_path / "theirs-out"):
+        with (out / "grades.csv").open() as f:
+            scores = {r["submission"]: float(r["score"]) for r in csv.DictReader(f)}
+        assert scores == {"keyring_read": 0, "reference": pytest.approx(FULL)}, said[-2000:]
+        _assert_keyring_reader_found_nothing(out / "keyring_read")
+
+
+def test_grades_csv_is_written_whatever_one_submission_does(tmp_path, monkeypatch):
+    """A crash in one submission's preparation (here: an OSError, as a full disk gives) becomes
+    its status; the rest are graded and grades.csv is written."""
+    from harness import grade
+    prepare = grade.Grader.prepare
+
+    def breaks(self, submission):
+        if submission.name == "breaks":
+            raise OSError(28, "No space left on device")
+        return prepare(self, submission)
+
+    monkeypatch.setattr(grade.Grader, "prepare", breaks)
+    copy_stubs(tmp_path / "breaks")
+    copy_stubs(tmp_path / "stubs")
+    results = grade_all(PROJECT, [tmp_path / "breaks", tmp_path / "stubs"], TERM, tmp_path / "out", case_timeout=5)
+    assert [r.status for r in results] == ["grader-error", "ok"]
+    with (tmp_path / "out" / "grades.csv").open() as f:
+        assert [r["status"] for r in csv.DictReader(f)] == ["grader-error", "ok"]
+    assert "No space left" not in _results_json({"out": tmp_path / "out"}, "breaks")["output"]

@@ -1,0 +1,95 @@
+"""The sandbox's parts that need no grading run: cleanup that survives any tree, leftovers of
+dead drivers, and the report of a call stopped by the wall-clock backstop."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import remote
+from harness.sandbox import remove_orphan_sandboxes, remove_tree
+
+
+@pytest.fixture
+def fast_tmp(tmp_path):
+    """A tmpfs where there is one (removing 1,500 folders from a loaded disk takes seconds)."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        folder = shm / f"harness-selftest-{os.getpid()}"
+        folder.mkdir()
+        yield folder
+        remove_tree(folder)
+    else:
+        yield tmp_path
+
+
+def test_cleanup_survives_a_deep_locked_tree_and_never_follows_links(fast_tmp, tmp_path):
+    """1,500 levels (deeper than Python's recursion limit, longer than PATH_MAX), folders without
+    any permission, and links out of the tree: all of it goes, and what the links point to stays."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    root = fast_tmp / "tree"
+    root.mkdir()
+    (root / "out").symlink_to(outside)
+    fd = os.open(root, os.O_RDONLY)
+    for level in range(1500):
+        os.mkdir("d", dir_fd=fd)
+        if level % 500 == 0:
+            os.symlink(str(outside), "link", dir_fd=fd)
+            os.close(os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
+        child = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    os.mkdir("locked", dir_fd=fd)
+    os.chmod("locked", 0, dir_fd=fd)
+    os.fchmod(fd, 0)
+    os.close(fd)
+    assert remove_tree(root) and not root.exists()
+    assert (outside / "keep.txt").read_text() == "keep"
+    assert remove_tree(root)  # already gone: nothing to do
+
+
+def test_sandboxes_of_dead_drivers_are_removed_and_live_ones_kept(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    gone = tmp_path / f"sandbox-{dead.pid}-abc"
+    (gone / "scratch").mkdir(parents=True)
+    live = tmp_path / f"sandbox-{os.getpid()}-def"
+    live.mkdir()
+    remove_orphan_sandboxes(tmp_path)
+    assert not gone.exists() and live.exists()
+
+
+class _Idle:
+    """A sandbox whose worker never answers and uses no CPU."""
+    stdout = None
+    hidden = False
+
+    def cpu_seconds_used(self):
+        return 0.0
+
+    def kill_workers(self):
+        return True
+
+
+def test_a_call_stopped_by_the_wall_clock_says_so(monkeypatch):
+    monkeypatch.setattr(remote, "WALL_GRACE", 0.3)
+    link = remote.Link(_Idle(), case_timeout=0.5)
+    link.sock, theirs = socket.socketpair()
+    with pytest.raises(TimeoutError, match="wall-clock time, though it used less than 0.5 s of CPU time"):
+        link._wait(0.5)
+    theirs.close()
+
+
+def test_a_reply_that_trickles_in_has_one_deadline(monkeypatch):
+    monkeypatch.setattr(remote, "REPLY_SECONDS", 0.5)
+    link = remote.Link(_Idle(), case_timeout=5)
+    link.sock, theirs = socket.socketpair()
+    theirs.send(b"\0")  # the first byte of a header, and no more
+    with pytest.raises(TimeoutError, match="began its reply but did not finish it within 0.5 s"):
+        link._wait(5)
+    theirs.close()
