@@ -184,13 +184,14 @@ class Grader:
                 changed.append(str(rel))
         return changed
 
-    def record(self, graded: Graded, result: dict) -> None:
+    @staticmethod
+    def record(graded: Graded, result: dict) -> None:
         unrun = "not run: the submission ran out of time" if result.get("timed_out") else "not run"
         graded.tests = [Test(t["id"], t["adapter"], t["hidden"], t["outcome"],
-                             t["message"] or (unrun if t["outcome"] == "not run" else ""),
+                             printable(t["message"]) or (unrun if t["outcome"] == "not run" else ""),
                              t["check"], t["points"], t["twin"])
                         for t in result["tests"]]
-        graded.output = result["output"]
+        graded.output = printable(result["output"])
         if result.get("sandbox_failed"):
             graded.status = "grader-error"
         elif result.get("timed_out"):
@@ -359,6 +360,19 @@ def _copy_code(root: Path, copy: Path) -> None:
 
 # ---------------------------------------------------------------- outputs
 
+# Terminal escapes (colours, cursor moves) and characters XML 1.0 forbids: a message from the
+# submission must neither fake a verdict on a terminal nor make junit.xml unreadable.
+_ESCAPES = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|.)?")
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ufffe\uffff]")
+
+
+def printable(text: str) -> str:
+    """What the submission made the grader say, safe to show and to write: lone surrogates
+    become "?", terminal escapes and control characters (other than newline and tab) go."""
+    text = text.encode("utf-8", "replace").decode("utf-8", "replace")
+    return _UNPRINTABLE.sub("", _ESCAPES.sub("", text))
+
+
 def results_json(graded: Graded, term: str) -> dict:
     """Gradescope's results format. Hidden tests show after grades are published."""
     scores = graded.scores()
@@ -380,7 +394,6 @@ def results_json(graded: Graded, term: str) -> dict:
     hidden = sum(t.hidden for t in graded.tests)
     return {
         "score": round(graded.score, 4),
-        "execution_time": round(graded.seconds, 2),
         "output": (f"{status_note}Term {term}. {hidden} of {len(graded.tests)} tests are hidden and appear "
                    "after grades are published."),
         "stdout_visibility": "hidden",

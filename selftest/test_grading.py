@@ -114,6 +114,25 @@ def per_function(graded, name) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------- honest work
+def test_what_a_submission_says_neither_breaks_the_results_nor_fakes_a_verdict(tmp_path):
+    """A lone surrogate once stopped junit.xml (and grades.csv) being written; terminal escapes
+    could colour a fake "PASSED"; the wall time of the whole grading (hidden phase included)
+    was published, a channel for hidden inputs."""
+    import xml.etree.ElementTree as ET
+    from harness.grade import Graded, Grader, _write_results
+    said = "bad \udc80 \x1b[32mPASSED 58/58\x1b[0m \x00\x0b end"
+    graded = Graded("x")
+    Grader.record(graded, {"tests": [{"id": "t::a", "adapter": "run_silu", "hidden": False, "outcome": "failed",
+                                      "message": said, "check": "output", "points": True, "twin": ""}],
+                           "output": said})
+    _write_results(tmp_path, graded, "term")
+    results = json.loads((tmp_path / "results.json").read_text())
+    ET.parse(tmp_path / "junit.xml")  # well-formed
+    shown = results["tests"][0]["output"] + (tmp_path / "output.txt").read_text()
+    assert "\x1b" not in shown and "\x00" not in shown and "PASSED 58/58" in shown and "end" in shown, shown
+    assert "execution_time" not in results
+
+
 
 @pytest.mark.parametrize("name", ["reference", "zipped"])
 def test_honest_submissions_get_full_marks(graded, name):
