@@ -105,7 +105,7 @@ def main() -> None:
 def grading(n: int, term: str, runs: int = 3) -> None:
     """Throughput of `harness grade --jobs 2` on reference submissions, median of `runs` batches
     (target: 30 submissions a minute on 2 cores, every submission confined as in real grading)."""
-    from harness.grade import grade_all
+    from harness.grading.grade import grade_all
     from reference.submission import reference_as_student
     rates, per, full = [], [], True
     for _ in range(runs):
@@ -116,7 +116,7 @@ def grading(n: int, term: str, runs: int = 3) -> None:
             rates.append(60 * n / (time.perf_counter() - start))
         per += [g.seconds for g in graded]
         full &= all(g.status == "ok" and abs(g.score - graded[0].score) < 1e-9 for g in graded)
-    from harness.sandbox import Protections
+    from harness.grading.sandbox import Protections
     protections = Protections.detect().describe()
     print(f"grade {n} reference submissions, --jobs 2, median of {runs} batches: "
           f"{statistics.median(rates):.1f} submissions/min (target >= 30); median {statistics.median(per):.1f} s "
@@ -134,8 +134,8 @@ def report(n: int, term: str, runs: int = 3) -> None:
     to n names. Then once through `python -m harness report`, imports included."""
     import csv
     import shutil
-    from harness.grade import grade_all
-    from harness.report import write_report
+    from harness.grading.grade import grade_all
+    from harness.grading.report import write_report
     from reference.submission import reference_as_student, variant_as_student
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -23,11 +23,6 @@ build      builds a term from the reference and verifies one
 suite      runs the student suite in-process and collects what each test said
 coverage   the mistake-coverage table and MISTAKES.md
 release    writes the student edition
-grade      batch grading: vets submissions, runs drivers, writes results and grades.csv
-drive      the trusted driver: the official suite against one submission's worker
-remote     the driver's side of a worker: adapter calls, gradients and modules as data
-sandbox    the bubblewrap confinement of a submission's worker processes
-worker     the untrusted side: the only process that imports a submission's code
-wire       the driver-worker message format (JSON + safetensors, no pickle)
-report     the class report (staff only) from a graded folder: per function, mistake and test
+grading/   the grading subsystem: a trusted driver, a confined worker, data on the wire
+           (its __init__ maps it)
 """

@@ -31,10 +31,6 @@ INSTRUCTOR_HELP = {
 }
 
 
-class BadSetup(Exception):
-    """Raised by commands that cannot run as asked (see harness.grade)."""
-
-
 def project_root() -> Path:
     """The directory with the pyproject.toml that declares [tool.harness]."""
     for folder in [Path.cwd(), *Path.cwd().parents]:
@@ -125,7 +121,7 @@ def main(argv=None) -> int:
     args = parser(instructor).parse_args(argv)
     try:
         return COMMANDS[(args.command, getattr(args, "action", None))](root, args)
-    except (FixtureError, FileExistsError, ValueError, BadSetup) as e:
+    except (FixtureError, FileExistsError, ValueError) as e:  # grading.grade.BadSetup too
         print(f"harness: {e}", file=sys.stderr)
         return 2
 
@@ -208,7 +204,7 @@ def release_cmd(root: Path, args) -> int:
 
 
 def grade_cmd(root: Path, args) -> int:
-    from harness.grade import grade_all
+    from harness.grading.grade import grade_all
     tty = sys.stderr.isatty()
 
     def progress(done, total, result):
@@ -224,7 +220,7 @@ def grade_cmd(root: Path, args) -> int:
         flag = f"  TAMPERED: {', '.join(g.tampered)}" if g.tampered else ""
         print(f"{g.name:<30} {g.score:6.2f}  {g.status:<16} {g.seconds:5.1f} s{flag}")
     print(f"wrote {args.out}/grades.csv")
-    from harness.report import write_report
+    from harness.grading.report import write_report
     try:
         print(f"wrote {write_report(args.out, root)} (staff only) and mistakes.csv")
     except Exception as e:  # the grades stand; `harness report` can be run again
@@ -234,7 +230,7 @@ def grade_cmd(root: Path, args) -> int:
 
 
 def report_cmd(root: Path, args) -> int:
-    from harness.report import write_report
+    from harness.grading.report import write_report
     if not (args.graded / "grades.csv").is_file():
         raise ValueError(f"{args.graded} has no grades.csv: give the --out folder of `harness grade`")
     print(f"wrote {write_report(args.graded, root, args.anonymise)} (staff only) and mistakes.csv")

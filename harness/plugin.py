@@ -195,7 +195,7 @@ def _load_adapters(config):
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session):
     """A target that cannot load is one usage error, not one identical failure per test.
-    The grader (harness/drive.py) still records every test, so each gets its row."""
+    The grader (harness/grading/drive.py) still records every test, so each gets its row."""
     config = session.config
     if STATE not in config.stash:
         return

@@ -13,8 +13,7 @@ from pathlib import Path
 from harness.contract import ADAPTERS, render_stub
 from harness.store import HIDDEN, Term
 
-INSTRUCTOR_ONLY = {"build.py", "case_rules.py", "catalogue.py", "coverage.py", "grade.py", "drive.py", "remote.py", "sandbox.py",
-                   "worker.py", "wire.py", "release.py", "suite.py", "report.py"}
+INSTRUCTOR_ONLY = {"build.py", "case_rules.py", "catalogue.py", "coverage.py", "grading", "release.py", "suite.py"}
 STUDENT_README_END = "## Instructor and maintainer guide"
 MASTER_ONLY = re.compile(r"<!-- master only.*?<!-- end of master only -->\n*", re.S)  # the master copy's banner
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import PROJECT, edit, reference_as_student
 from harness.contract import ADAPTERS
-from harness.sandbox import BASE_UID, UID_BLOCK, UID_BLOCKS
+from harness.grading.sandbox import BASE_UID, UID_BLOCK, UID_BLOCKS
 
 FULL = sum(a.points for a in ADAPTERS.values())
 HOSTILE = Path(__file__).parent / "hostile"

@@ -27,8 +27,8 @@ import torch
 
 from conftest import PROJECT, TERM, edit, reference_as_student
 from harness.contract import ADAPTERS
-from harness.grade import grade_all
-from harness.sandbox import Protections
+from harness.grading.grade import grade_all
+from harness.grading.sandbox import Protections
 from harness.store import Term
 from submissions import (ACCOUNTING_PIECES, ATTACKS, CANARY, EDITED, EDITED_PIECES, EXITS, FULL, KEYRING_SECRET,
                          LOOKUPS, MASK_ON_CPU, OWNER, PROBE_MISTAKES, RESOURCE_ATTACKS, TWO_BUGS, bad_archives,
@@ -119,7 +119,7 @@ def test_what_a_submission_says_neither_breaks_the_results_nor_fakes_a_verdict(t
     could colour a fake "PASSED"; the wall time of the whole grading (hidden phase included)
     was published, a channel for hidden inputs."""
     import xml.etree.ElementTree as ET
-    from harness.grade import Graded, Grader, _write_results
+    from harness.grading.grade import Graded, Grader, _write_results
     said = "bad \udc80 \x1b[32mPASSED 58/58\x1b[0m \x00\x0b end"
     graded = Graded("x")
     Grader.record(graded, {"tests": [{"id": "t::a", "adapter": "run_silu", "hidden": False, "outcome": "failed",
@@ -337,7 +337,7 @@ def test_lying_to_a_probe_in_the_worker_earns_nothing(graded, probe):
 def test_scores_need_fresh_values():
     """The rule on its own: a public check earns with its twin, a property once an output case
     passes on fresh values (a module builder: its `values_of` function's)."""
-    from harness.grade import Graded, Test
+    from harness.grading.grade import Graded, Test
 
     def score(outcomes: dict) -> float:
         tests = [Test("public", "run_silu", False, check="output", twin="twin"),
@@ -434,10 +434,10 @@ def test_hidden_tests_publish_later_and_leak_nothing(graded):
 
 
 def test_the_class_report_names_the_mistakes_and_flags_identical_code(graded):
-    """harness/report.py on this batch: the missing scale under its own function, no mistake for
+    """harness/grading/report.py on this batch: the missing scale under its own function, no mistake for
     honest work; the reference and the zip of the same code are one identical pair (from the
     hashes the grader wrote)."""
-    from harness.report import analyse, known_mistakes, load, write_report
+    from harness.grading.report import analyse, known_mistakes, load, write_report
     write_report(graded["out"], PROJECT)
     with (graded["out"] / "mistakes.csv").open() as f:
         named = {(r["variant"], r["function"]): r["submissions"] for r in csv.DictReader(f)}
@@ -495,7 +495,7 @@ def test_without_bubblewrap_the_worker_still_runs_apart_and_limited(tmp_path, re
 
 
 def test_a_sandbox_that_cannot_run_python_stops_grading_before_it_starts(tmp_path):
-    from harness.cli import BadSetup
+    from harness.grading.grade import BadSetup
     broken = Protections(bwrap="/bin/false", uid_drop=False)
     with pytest.raises(BadSetup, match="cannot start a worker"):
         grade_all(PROJECT, [], TERM, tmp_path / "out", protections=broken)
@@ -525,7 +525,7 @@ def test_require_confinement_refuses_to_grade_without_the_sandbox(tmp_path, monk
     """Before anything starts: no sandbox check left running, no submission graded. The
     grader's temporary folders go to a folder of this test's own (under -n, other workers
     make sandboxes in the shared one meanwhile)."""
-    from harness.cli import BadSetup
+    from harness.grading.grade import BadSetup
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     with pytest.raises(BadSetup, match="--require-confinement: .*OFF: .*filesystem allow-list"):
@@ -563,7 +563,7 @@ def test_two_graders_at_once_and_a_later_batch_finds_no_key(graded, tmp_path):
 def test_grades_csv_is_written_whatever_one_submission_does(tmp_path, monkeypatch):
     """A crash in one submission's preparation (here: an OSError, as a full disk gives) becomes
     its status; the rest are graded and grades.csv is written."""
-    from harness import grade
+    from harness.grading import grade
     prepare = grade.Grader.prepare
 
     def breaks(self, submission):

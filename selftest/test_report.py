@@ -1,4 +1,4 @@
-"""The class report (harness/report.py) on a batch written by the grader's own writers: mistakes
+"""The class report (harness/grading/report.py) on a batch written by the grader's own writers: mistakes
 named under the right function, crash kinds, item analysis, flags, pseudonyms; then the page in
 headless Chromium. The end-to-end run on a really graded batch is in test_grading.py."""
 
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import PROJECT
-from harness.drive import HIDDEN_FAILURES
-from harness.grade import Graded, Test as Run, _write_csv, _write_results
-from harness.report import Submission, Result, analyse, code_hash, known_mistakes, write_report
+from harness.grading.drive import HIDDEN_FAILURES
+from harness.grading.grade import Graded, Test as Run, _write_csv, _write_results
+from harness.grading.report import Submission, Result, analyse, code_hash, known_mistakes, write_report
 
 NUMBER = {m.variant: m.number for m in known_mistakes()}
 HINT = {m.variant: m.hint for m in known_mistakes()}
@@ -129,7 +129,7 @@ def test_a_phrase_alone_names_its_mistake(tmp_path):
 
 
 def test_crash_kinds_identical_code_and_flags(report, tmp_path):
-    from harness.report import load
+    from harness.grading.report import load
     subs, _ = load(report["folder"])
     a = analyse(subs, 58, known_mistakes(), code_hash(PROJECT))
     assert dict(a.crashes["run_silu"]) == {"raised": 1, "timeout": 1, "not implemented": 1, "not run": 1}

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import remote
-from harness.sandbox import remove_orphan_sandboxes, remove_tree
+from harness.grading import remote
+from harness.grading.sandbox import remove_orphan_sandboxes, remove_tree
 
 
 @pytest.fixture

@@ -313,7 +313,7 @@ def test_code_that_raises_everywhere_earns_nothing_in_the_table(tmp_path):
 
 @pytest.mark.parametrize("target", ["reference.adapters", "reference.variants:rope_half_split", "raising"])
 def test_the_table_never_gives_more_than_the_grader(tmp_path, target):
-    """The grader's rule (harness/grade.py, on public and hidden outcomes) against the table
+    """The grader's rule (harness/grading/grade.py, on public and hidden outcomes) against the table
     of a public run: the table may show less (hidden shares), never more."""
     from harness.scoring import Result, scores
     if target == "raising":

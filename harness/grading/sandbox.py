@@ -36,8 +36,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-HARNESS = Path(__file__).resolve().parent
-WORKER_MODULES = ("__init__.py", "paths.py", "wire.py", "probes.py", "worker.py")
+HARNESS = Path(__file__).resolve().parent.parent
+# All the harness the worker gets (harness/grading/worker.py says why these alone).
+WORKER_MODULES = ("__init__.py", "paths.py", "probes.py", "grading/__init__.py", "grading/wire.py", "grading/worker.py")
 BASE_UID = 61000  # one uid per parallel grading slot, so slots cannot signal or starve each other
 UID_BLOCK = 16    # slots (uids) per grader: `harness grade` claims a free block, so graders run side by side
 UID_BLOCKS = 64
@@ -109,10 +110,10 @@ class Sandbox:
         # Named after the driver, so a grader can remove the sandboxes of drivers that died.
         self.root = Path(tempfile.mkdtemp(prefix=f"sandbox-{os.getpid()}-"))
         self.lib = self.root / "lib" / "harness"
-        self.lib.mkdir(parents=True)
+        (self.lib / "grading").mkdir(parents=True)
         for name in WORKER_MODULES:  # copyfile: readable by the worker even where the source is root-only
             shutil.copyfile(HARNESS / name, self.lib / name)
-        for folder in (self.root, self.lib.parent, self.lib):
+        for folder in (self.root, self.lib.parent, self.lib, self.lib / "grading"):
             os.chmod(folder, 0o755)
         self.uid = BASE_UID + slot if protections.uid_drop else None
         self.scratch: Path | None = None  # a host folder only without bubblewrap (otherwise a tmpfs)
@@ -168,7 +169,7 @@ class Sandbox:
         self.stdout, self.control = read, ours
 
     def fork(self) -> socket.socket:
-        from harness import wire
+        from harness.grading import wire
         if self.process is None or self.process.poll() is not None:
             self.start()
         try:
@@ -184,7 +185,7 @@ class Sandbox:
 
     def kill_workers(self) -> bool:
         """Kill every process but the zygote; True once they are gone."""
-        from harness import wire
+        from harness.grading import wire
         if self.process is None or self.process.poll() is not None:
             return True
         try:
@@ -269,7 +270,7 @@ class Sandbox:
 
     def _command(self, control_fd: int, filter_fd: int | None) -> list[str]:
         python = [sys.executable, "-I", "-c",
-                  "import sys; sys.path[:0] = [sys.argv.pop(1)]; from harness.worker import main; main()"]
+                  "import sys; sys.path[:0] = [sys.argv.pop(1)]; from harness.grading.worker import main; main()"]
         if not self.protections.bwrap:
             return [*python, str(self.lib.parent), str(control_fd), "tree", str(self.submission)]
         # Inside the sandbox, the submission and the worker's modules sit at fixed places.

@@ -2,9 +2,9 @@
 
 Each submission is first checked and copied (archives are vetted entry by entry
 before anything is extracted; only `adapters.py` and `student/`, regular files only,
-are kept). `--jobs N` driver processes (harness/drive.py) then take submissions one
+are kept). `--jobs N` driver processes (harness/grading/drive.py) then take submissions one
 at a time and run the official suite against the submission's sandboxed worker
-(harness/sandbox.py, harness/worker.py). The driver holds the answers, compares and
+(harness/grading/sandbox.py, harness/grading/worker.py). The driver holds the answers, compares and
 writes the verdicts; the submission's code never shares a process with them. One bad
 submission gets a status and a results.json, and the rest of the batch is graded;
 `grades.csv` is written once every submission's processes are dead, whatever happened.
@@ -31,12 +31,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
-from harness.cli import BadSetup
 from harness.contract import ADAPTERS
-from harness import wire
-from harness.report import code_hash
+from harness.grading import wire
+from harness.grading.report import code_hash
 from harness.scoring import Result, scores
-from harness.sandbox import (BASE_UID, OOM_DRIVER, UID_BLOCK, UID_BLOCKS, Cgroup, Protections, Sandbox,
+from harness.grading.sandbox import (BASE_UID, OOM_DRIVER, UID_BLOCK, UID_BLOCKS, Cgroup, Protections, Sandbox,
                              kill_group, kill_uid, remove_orphan_sandboxes, remove_tree, set_oom_score)
 from harness.store import Term
 
@@ -52,6 +51,10 @@ STATUS_NOTES = {
     "collection-error": "The tests could not start: see the output.\n",
     "grader-error": "The grader failed on this submission; please tell the course staff.\n",
 }
+
+
+class BadSetup(ValueError):
+    """The grader cannot run as asked (no sandbox, no free uids, ...): the command says why and stops."""
 
 
 class BadSubmission(Exception):
@@ -218,7 +221,7 @@ class Driver:
                 set_oom_score(OOM_DRIVER)  # the OOM killer takes a submission's processes, not its grader
 
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "harness.drive"], cwd=grader.project, env=env, text=True,
+                [sys.executable, "-m", "harness.grading.drive"], cwd=grader.project, env=env, text=True,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True, preexec_fn=limits)
 
     def grade(self, grader: Grader, copy: Path) -> dict:

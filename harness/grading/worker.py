@@ -1,6 +1,6 @@
 """The untrusted side of grading: the only process that imports a submission's code.
 
-It runs inside the sandbox (harness/sandbox.py) and sees nothing but Python, its
+It runs inside the sandbox (harness/grading/sandbox.py) and sees nothing but Python, its
 packages, a read-only copy of the submission and a scratch folder. It never receives
 expected values, fixture files or case metadata: only the arguments of one call.
 
@@ -13,7 +13,7 @@ expected values, fixture files or case metadata: only the arguments of one call.
             result (vector-Jacobian product), a method of a module it returned, or a
             probe (allocation size, meta device) run over one of those.
 
-Only harness.paths, harness.wire and harness.probes are importable here; they are
+Only harness.paths, harness.grading.wire and harness.probes are importable here; they are
 copied into the sandbox on their own, without the rest of the harness.
 """
 
@@ -27,7 +27,7 @@ import traceback
 
 import torch
 
-from harness import wire
+from harness.grading import wire
 
 SUBMISSION = "/submission"  # where the sandbox mounts it; main() may say otherwise
 

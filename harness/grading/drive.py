@@ -1,9 +1,9 @@
 """The trusted grading driver: the official suite, run here, against a confined worker.
 
-`python -m harness.drive` is started by `harness grade`, one process per parallel
+`python -m harness.grading.drive` is started by `harness grade`, one process per parallel
 slot. It reads one JSON line per submission on stdin, runs the student suite in its
 own process with the adapters served by that submission's sandboxed worker
-(harness/remote.py), and writes one JSON line of results on stdout. It holds the
+(harness/grading/remote.py), and writes one JSON line of results on stdout. It holds the
 term, compares, diagnoses and reports; it never imports the submission's code.
 Visible tests run first, then hidden cases in a fresh worker whose output is dropped.
 """
@@ -20,9 +20,9 @@ import pytest
 
 from harness.compare import Mismatch
 from harness.plugin import ADAPTER, STATE, scoring_facts, short_report
-from harness.remote import Link, RemoteFunctions, StudentCodeError, WorkerFailure
+from harness.grading.remote import Link, RemoteFunctions, StudentCodeError, WorkerFailure
 from harness.runtime import Adapters, AdaptersError, ContractViolation
-from harness.sandbox import Protections, Sandbox
+from harness.grading.sandbox import Protections, Sandbox
 
 
 HIDDEN_FAILURES = [(NotImplementedError, "not implemented"), (Mismatch, "wrong values"),

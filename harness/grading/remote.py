@@ -19,11 +19,11 @@ import time
 
 import torch
 
-from harness import wire
+from harness.grading import wire
 from harness.contract import ADAPTERS
 from harness.probes import Allocation, DeviceMismatch
 from harness.runtime import AdaptersError, ContractViolation
-from harness.sandbox import Sandbox
+from harness.grading.sandbox import Sandbox
 
 FAST = 0.2           # seconds: a reply this quick needs no CPU accounting
 IMPORT_CPU = 60.0    # CPU seconds a worker may take to import the submission

@@ -1,0 +1,19 @@
+"""Grading: a trusted driver, a confined worker, data on the wire between them.
+
+Trusted (holds the term, judges, writes the verdicts; never imports a submission's code):
+grade      the batch: vets and copies submissions, runs a driver per slot, writes results,
+           grades.csv and the class report
+drive      the driver: the official suite against one submission's worker
+remote     the driver's side of a worker: adapter calls, gradients and modules as data
+sandbox    the confinement: bubblewrap, seccomp, a cgroup and a uid per submission
+report     the class report (staff only), from what grade wrote
+
+Confined (the only code that shares a process with the submission):
+worker     imports the submission and answers calls; sees one call's arguments, nothing else
+
+Between them:
+wire       the message format: JSON + safetensors, never pickle
+
+The worker imports nothing else of the harness but paths and probes (sandbox.WORKER_MODULES):
+this file must stay free of imports.
+"""
