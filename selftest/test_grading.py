@@ -294,7 +294,7 @@ def test_hidden_failures_say_only_what_kind_of_failure(graded):
 # ---------------------------------------------------------------- points without the work
 
 def _public_value_checks(result) -> list:
-    return [t for t in result.tests if t.on_values and not t.hidden]
+    return [t for t in result.tests if t.check in ("output", "gradient") and not t.hidden]
 
 
 @pytest.mark.parametrize("name", ["looks_up_only", "looks_up_with_fakes"])
@@ -419,7 +419,7 @@ def test_a_bad_archive_gets_a_status_and_the_batch_goes_on(graded, name):
 def test_every_submission_has_results_and_junit(graded):
     for name in graded["results"]:
         data = _results_json(graded, name)
-        assert {"score", "execution_time", "output", "tests"} <= set(data)
+        assert {"score", "output", "tests"} <= set(data)
         for t in data["tests"]:
             assert {"name", "score", "max_score", "status", "output", "visibility"} <= set(t)
         assert (graded["out"] / name / "junit.xml").read_text().startswith("<?xml")
@@ -441,7 +441,8 @@ def test_the_class_report_names_the_mistakes_and_flags_identical_code(graded):
     write_report(graded["out"], PROJECT)
     with (graded["out"] / "mistakes.csv").open() as f:
         named = {(r["variant"], r["function"]): r["submissions"] for r in csv.DictReader(f)}
-    assert named[("attention_missing_scale", "run_scaled_dot_product_attention")] == "no_scale"
+    assert set(named[("attention_missing_scale", "run_scaled_dot_product_attention")].split(";")) == {
+        "no_scale", "two_bugs"}  # two_bugs leaves out the scale too (TWO_BUGS)
     assert not {"reference", "zipped"} & {n for names in named.values() for n in names.split(";")}
     assert analyse(*load(graded["out"]), known_mistakes()).identical == [["reference", "zipped"]]
 
