@@ -212,6 +212,6 @@ class _TableRecorder(_Mode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.overloadpacket in self.LOOKUPS:
-            table = args[1] if func.overloadpacket is aten.embedding else args[0]
+            table = args[0]  # aten.embedding(weight, indices), aten.index(self, indices), ...
             self.tables.add(table.untyped_storage().data_ptr())
         return func(*args, **(kwargs or {}))

@@ -39,8 +39,21 @@ class Variant:
 
         def patched(*args, **kwargs):
             with self.applied():
-                return fn(*args, **kwargs)
+                out = fn(*args, **kwargs)
+            return self._keep_applied(out) if isinstance(out, nn.Module) else out
         return patched
+
+    def _keep_applied(self, module: nn.Module) -> nn.Module:
+        """A returned module runs its forward with the patches applied too: a student's
+        F.embedding in Embedding.forward is in the model's forward, not only in the build."""
+        forward = module.forward
+
+        @functools.wraps(forward)
+        def applied_forward(*args, **kwargs):
+            with self.applied():
+                return forward(*args, **kwargs)
+        module.forward = applied_forward
+        return module
 
     @contextlib.contextmanager
     def applied(self):
@@ -815,6 +828,16 @@ class _FusedQKV(attention.MultiHeadSelfAttention):
         causal = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
         return self.output_proj(out.transpose(-2, -3).reshape(*lead, seq, d))
+
+
+class _TorchEmbedding(nn.Embedding):
+    def __init__(self, vocab_size, d_model, device=None, dtype=None):
+        super().__init__(vocab_size, d_model, device=device, dtype=dtype)
+        nn.init.trunc_normal_(self.weight, std=1.0, a=-3.0, b=3.0)  # F.embedding raises on ids outside [0, V)
+
+
+register("nn_embedding_model", "a model built on nn.Embedding and nn.Linear(bias=False) modules", correct=True,
+         embeddings__Embedding=_TorchEmbedding, attention__Linear=_TorchLinear)
 
 
 register("nn_linear_modules", "nn.Linear(bias=False) modules, fused QKV and torch SDPA in attention", correct=True,
