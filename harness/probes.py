@@ -243,7 +243,7 @@ class _NonFiniteRecorder(_Mode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         made = [t for t in _tensors(out) if t.is_floating_point() and t.device.type != "meta"]
-        if self.found is not None or not made:
+        if self.found is not None or not made or "empty" in func.overloadpacket.__name__:  # uninitialised memory
             return out
         inputs = [t for t in _tensors((args, kwargs)) if t.is_floating_point() and t.device.type != "meta"]
         scalars = torch.tensor([a for a in tree_flatten((args, kwargs))[0] if isinstance(a, float)], dtype=torch.float64)

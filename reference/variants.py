@@ -644,6 +644,14 @@ register("attention_scale_sqrt_dv", "scores scaled by 1/sqrt(d_v) instead of 1/s
          attention__scaled_dot_product_attention=_attention(scale_by="d_v"))
 register("rmsnorm_returns_module_dtype", "RMSNorm returns the weights' dtype, not the input's",
          named_by="return the input's dtype", model__RMSNorm=_set(_RMSNorm, module_dtype=True))
+class _UninitialisedLinear(attention.Linear):
+    def __init__(self, in_features, out_features, device=None, dtype=None):
+        nn.Module.__init__(self)
+        self.weight = nn.Parameter(torch.empty(out_features, in_features, device=device, dtype=dtype))
+
+
+register("linear_left_uninitialised", "Linear weights left as torch.empty, never initialised",
+         named_by="they are not initialised", attention__Linear=_UninitialisedLinear)
 register("linear_without_transpose", "Linear computes x @ W without the transpose",
          hint="a linear layer computing x @ W without the transpose; W is [d_out, d_in], so y = x @ W.T",
          named_by="without its transpose", attention__Linear=_set(_Linear, transpose=False))
