@@ -132,6 +132,8 @@ def dtype_slip(actual, expected, inputs: dict) -> str | None:
 _RANK_ERRORS = ("values to unpack", "number of subscripts", "number of dimensions", "-dimensional",
                 "dimension specified as", "invalid for input of size", "Wrong shape: expected")
 _BROADCAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
+_EINSUM = re.compile(r"has size (\d+) (?:for operand \d+ )?which does not broadcast with previously seen "
+                     r"(?:ellipsis with )?size (\d+)")
 _MATMUL = re.compile(r"shapes cannot be multiplied \(([^)]*)\)|size mismatch, got input \(([^)]*)\)")
 
 
@@ -156,16 +158,30 @@ def crash(error: BaseException, case, inputs: dict) -> str | None:
     if re.search(r"[Mm]issing key\(?s?\)?.*'layers\.\d|missing \['layers\.\d", message, re.S):
         return ("the blocks are not registered: a plain Python list hides them from parameters(), state_dict(), "
                 ".to() and optimizers. Hold them in an nn.ModuleList")
-    if "NoneType" in message and case is not None:
+    if ("NoneType" in message or isinstance(error, AssertionError)) and case is not None:
         line = _raising_line(error)
         none = [k for k, v in inputs.items() if v is None and re.search(rf"\b{k}\b", line)]
         if none:
             names = ", ".join(f"`{k}`" for k in none)
-            return (f"code that uses {names} although it is None in this case: None is a valid value "
-                    f"(no mask, default positions). Handle it: `if {none[0]} is None: ...`")
-    if (match := _BROADCAST.search(message)) and case is not None:
+            meaning = " ".join(m for k in none if (m := none_means(case.function, k)))
+            return (f"code that uses {names} although it is None in this case, and None is a valid value: "
+                    f"{meaning or 'see the docstring'} Handle it: `if {none[0]} is None: ...`")
+    if (match := _BROADCAST.search(message) or _EINSUM.search(message)) and case is not None:
         return _broadcast(int(match.group(1)), int(match.group(2)), case, inputs)
     return None
+
+
+def none_means(function: str, arg: str) -> str | None:
+    """What the contract's docstring says about `arg` (its Args entry's sentence about None,
+    else the entry's first sentence), quoted."""
+    from harness.contract import ADAPTERS
+    doc = " ".join((ADAPTERS[function].spec.__doc__ or "").split())
+    entry = re.search(rf"\b{arg}: (.*?)(?= \w+(?:, \w+)*: | Returns:| Rules:|$)", doc)
+    if entry is None:
+        return None
+    sentences = re.split(r"(?<=[.;])\s+(?=[A-Z])", entry.group(1))
+    found = next((s for s in sentences if "None" in s), sentences[0])
+    return f"the docstring says \"{found.strip().rstrip('.;')}\"."
 
 
 def missing_return(message: str, source: Path | None = None) -> str | None:
@@ -256,8 +272,8 @@ def diagnose(term, case, *, actual=None, expected=None, error: BaseException | N
     never explain themselves."""
     if case is not None and case.hidden:
         return ""
-    if isinstance(error, AssertionError):  # the contract's own report (or an assert): only locate a None
-        cause = missing_return(str(error))
+    if isinstance(error, AssertionError):  # the contract's own report, or an assert in the code under test
+        cause = missing_return(str(error)) or (crash(error, case, term.inputs(case)) if case is not None else None)
     elif error is not None:
         cause = crash(error, case, term.inputs(case) if case is not None else {})
     else:

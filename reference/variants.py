@@ -258,13 +258,16 @@ class _MHA(attention.MultiHeadSelfAttention):
     causal_mask = staticmethod(lambda seq, device: torch.ones(seq, seq, dtype=torch.bool, device=device).tril())
     transpose_heads = True
     rope_on_d_model = False
-    positions = "reference"  # or "meet_heads", "ignored", "skipped_when_none", "cpu_default"
+    positions = "reference"  # or "meet_heads", "ignored", "skipped_when_none", "cpu_default", "unhandled_none",
+    # "asserted"
 
     def forward(self, x, token_positions=None):
         seq, d = x.shape[-2], x.shape[-1]
         h = self.num_heads
         rotate = not (token_positions is None and self.positions == "skipped_when_none")
-        if token_positions is None or self.positions == "ignored":
+        if self.positions == "asserted":
+            assert token_positions is not None, "token_positions must be given"
+        if (token_positions is None and self.positions != "unhandled_none") or self.positions == "ignored":
             # cpu_default: torch.arange without device=; indexing device tables with it is allowed
             token_positions = torch.arange(seq) if self.positions == "cpu_default" else \
                 torch.arange(seq, device=x.device)
@@ -337,7 +340,7 @@ register("attention_q_k_swapped", "scores computed as K Q^T",
 
 class _RoPE(nn.Module):
     """RoPE with a knob per known mistake; the correct settings match the reference."""
-    pairing, freq_offset, learnable, tables_in_forward, fixed_theta = "interleaved", 0, False, False, None
+    pairing, freq_offset, learnable, tables_in_forward, fixed_theta, einsum = "interleaved", 0, False, False, None, False
 
     def __init__(self, theta, d_k, max_seq_len, device=None):
         super().__init__()
@@ -363,6 +366,9 @@ class _RoPE(nn.Module):
             first, second = x[..., : self.d_k // 2], x[..., self.d_k // 2:]
             return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
         even, odd = x[..., 0::2], x[..., 1::2]
+        if self.einsum:  # elementwise products as einsum: broadcasts like `*`, fails with its own message
+            mul = functools.partial(torch.einsum, "...sd,...sd->...sd")
+            return torch.stack([mul(even, cos) - mul(odd, sin), mul(even, sin) + mul(odd, cos)], dim=-1).flatten(-2)
         return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 
 
@@ -613,6 +619,14 @@ register("rope_positions_meet_heads", "[B, T] token_positions broadcast against 
                "the heads axis: token_positions.unsqueeze(-2)"),
          named_by="against [batch, heads, seq, d_k]",
          attention__MultiHeadSelfAttention=_set(_MHA, positions="meet_heads"))
+register("mha_rope_none_positions_crash", "attention with RoPE uses token_positions without handling None",
+         named_by="None means 0 .. seq-1", attention__MultiHeadSelfAttention=_set(_MHA, positions="unhandled_none"))
+register("mha_rope_asserts_positions", "attention with RoPE asserts that token_positions is given",
+         named_by="None means 0 .. seq-1", attention__MultiHeadSelfAttention=_set(_MHA, positions="asserted"))
+register("rope_einsum_positions_meet_heads", "einsum RoPE with [B, T] positions against [B, H, T, d_k]",
+         named_by="against [batch, heads, seq, d_k]",
+         attention__MultiHeadSelfAttention=_set(_MHA, positions="meet_heads"),
+         rope__RotaryPositionalEmbedding=_set(_RoPE, einsum=True))
 register("mha_rope_ignores_positions", "attention with RoPE uses arange(seq), not token_positions",
          hint="attention with RoPE that ignores token_positions and rotates by arange(seq)",
          attention__MultiHeadSelfAttention=_set(_MHA, positions="ignored"))
