@@ -43,7 +43,8 @@ def check_output(adapters, term: Term, case: Case) -> None:
         if isinstance(out, torch.Tensor) and isinstance(expected, torch.Tensor) and out.shape == expected.shape \
                 and (~torch.isfinite(out.detach()) & torch.isfinite(expected)).any():
             trace = first_nonfinite(getattr(adapters, case.function), **term.inputs(case))
-        raise Mismatch(f"{e}{diagnose(term, case, actual=out, expected=expected, nonfinite=trace)}") from None
+        shape = _expected_shape(term, case) if getattr(out, "shape", None) != getattr(expected, "shape", None) else ""
+        raise Mismatch(f"{e}{shape}{diagnose(term, case, actual=out, expected=expected, nonfinite=trace)}") from None
 
 
 def _expected_shape(term: Term, case: Case) -> str:

@@ -97,6 +97,10 @@ def heuristic(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: f
         if close(a[..., :1, :], e[..., :1, :]) and row_wrong[..., 1:].all():
             return ("only position 0 is right, and every later position is off: whatever depends on the "
                     "position (its rotation or position vector, or the earlier tokens it attends to) is wrong")
+    if a.shape[-1] % 2 == 0 and close(a, torch.cat([e[..., 0::2], e[..., 1::2]], dim=-1)):
+        return ("your output holds the expected even dimensions in its first half and the odd ones in its second: "
+                "a halves layout ([sin | cos], or pairs (i, i + d/2)) where this assignment interleaves "
+                "(dims 2i and 2i+1 form pair i)")
     if a.shape[-1] > 1 and close(a.sort(dim=-1).values, e.sort(dim=-1).values):
         return ("the right values, in the wrong order along the last axis: a layout difference "
                 "(how dimensions are paired, interleaved or concatenated)")

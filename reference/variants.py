@@ -136,10 +136,14 @@ def _sinusoidal(d, positions, *, layout="interleaved", exponent="pair", swap=Fal
     """Sinusoidal encodings with one knob per known way of getting them wrong (and only
     that: on the positions' device, so no variant also fails the meta-device probe)."""
     p = positions.to(torch.float64)[..., None]
-    if layout == "concatenated":  # tensor2tensor / fairseq
+    if layout in ("concatenated", "halves"):  # tensor2tensor / fairseq; or [sin | cos] with this assignment's w_i
         half = d // 2
-        inv = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float64, device=p.device) / (half - 1))
+        i = torch.arange(half, dtype=torch.float64, device=p.device)
+        inv = torch.exp(-math.log(10000.0) * (i / (half - 1) if layout == "concatenated" else 2 * i / d))
         return torch.cat([(p * inv).sin(), (p * inv).cos()], dim=-1).float()
+    if layout == "sin_only":  # d/2 sines: half the width
+        i = torch.arange(d // 2, dtype=torch.float64, device=p.device)
+        return (p * torch.exp(-math.log(10000.0) * 2 * i / d)).sin().float()
     j = torch.arange(d, dtype=torch.float64, device=p.device)
     power = j if exponent == "raw" else (j - j % 2) / 2 if exponent == "pair_index" else j - j % 2
     angles = p / torch.pow(10000.0, power / d)
@@ -256,7 +260,7 @@ def _attention(*, scale=True, invert=False, mask_after=False, dim=-1, swap_qk=Fa
 class _MHA(attention.MultiHeadSelfAttention):
     """The reference MHA with a knob per mistake in building or splitting heads."""
     causal_mask = staticmethod(lambda seq, device: torch.ones(seq, seq, dtype=torch.bool, device=device).tril())
-    transpose_heads = True
+    transpose_heads, transpose_merge = True, True
     rope_on_d_model = False
     positions = "reference"  # or "meet_heads", "ignored", "skipped_when_none", "cpu_default", "unhandled_none",
     # "asserted"
@@ -286,6 +290,8 @@ class _MHA(attention.MultiHeadSelfAttention):
             q, k = self.rope(q, positions), self.rope(k, positions)
         mask = self.causal_mask(seq, x.device)
         out = attention.scaled_dot_product_attention(q, k, v, mask)
+        if not self.transpose_merge:  # [..., h, s, e] read as [..., s, h*e]: positions and heads mix
+            return self.output_proj(out.reshape(*out.shape[:-3], seq, d))
         return self.output_proj(rearrange(out, "... h s e -> ... s (h e)"))
 
     def __init__(self, d_model, num_heads, max_seq_len=None, theta=None, device=None, dtype=None):
@@ -328,6 +334,10 @@ register("heads_split_without_transpose", "view(B, H, T, d_k) without the transp
                "transpose(-2, -3)"),
          mistake=21,
          attention__MultiHeadSelfAttention=_set(_MHA, transpose_heads=False))
+register("heads_merged_without_transpose", "heads merged by reshape(..., seq, d_model) without the transpose",
+         hint=("heads merged by reshape(..., seq, d_model) without the transpose; transpose [..., h, seq, d_k] "
+               "back to [..., seq, h, d_k] first"),
+         attention__MultiHeadSelfAttention=_set(_MHA, transpose_merge=False))
 register("linear_hard_coded_rank", "einsum('btd,od->bto'): only 3-D inputs work",
          named_by="fixed number of dimensions",
          hint="a linear layer that assumes 3-D input; use einsum('...i,oi->...o') or x @ W.T", mistake=22,
@@ -571,6 +581,13 @@ def _softmax_global_max(x, dim):
     return e / e.sum(dim=dim, keepdim=True)
 
 
+def _softmax_mean(x, dim):
+    e = (x - x.mean(dim=dim, keepdim=True)).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+register("softmax_subtracts_mean", "softmax subtracts each slice's mean instead of its max",
+         named_by="not the mean", attention__softmax=_softmax_mean)
 register("softmax_global_max", "softmax subtracts the global max, not each slice's",
          hint=("softmax with the global max: slices far below it underflow to 0/0 (NaN). Subtract each slice's own "
                "max, x.amax(dim, keepdim=True)"),
@@ -650,6 +667,20 @@ register("rope_theta_ignored", "RoPE always uses theta=10000, whatever theta is 
 register("learned_positions_arange", "learned positions indexed with arange(seq), not token_positions",
          hint="learned positions indexed with arange(seq) instead of the given token_positions",
          embeddings__learned_positions=_learned_at_arange)
+def _sinusoidal_at_arange(d, positions):
+    seq = torch.arange(positions.shape[-1], device=positions.device).expand(positions.shape)
+    return _sinusoidal(d, seq)
+
+
+register("sinusoidal_ignores_positions", "sinusoidal positions computed at arange(seq), not token_positions",
+         hint="sinusoidal encodings of arange(seq) instead of the given token_positions",
+         embeddings__sinusoidal_positions=_sinusoidal_at_arange)
+register("sinusoidal_halves_same_frequencies", "[sin | cos] halves with this assignment's frequencies",
+         hint=("the [sin | cos] halves layout (all sines, then all cosines) with this assignment's frequencies; "
+               "interleave them: sin on even dimensions, cos on odd ones"),
+         embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, layout="halves"))
+register("sinusoidal_sin_only", "sinusoidal table of d_model/2 sines: half the width", named_by="d_model=16]",
+         embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, layout="sin_only"))
 register("sinusoidal_exponent_pair_index", "sinusoidal exponent i/d_model over the pair index",
          hint="an exponent over the pair index, 10000^(i/d_model); pair i uses 10000^(2i/d_model)",
          embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, exponent="pair_index"))
