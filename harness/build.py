@@ -79,6 +79,8 @@ def _build_case(reference: Adapters, spec: Spec, seed: int, mistakes: list,
     with spying() as used:
         out = fn(**kwargs)
     expected = out if isinstance(out, dict) else _narrow(out.detach())
+    if isinstance(expected, torch.Tensor) and expected.dtype in (torch.float16, torch.bfloat16):
+        case.ulps = 1  # judged against the float32 result rounded once: at most 1 ulp of the output dtype
     if not case.hidden:  # hidden cases never explain themselves
         _add_fingerprints(case, tensors, kwargs, expected, mistakes, used if skip_unreached else None)
     if isinstance(out, dict):

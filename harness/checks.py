@@ -7,7 +7,7 @@ held to exactly what students are held to.
 import torch
 
 from harness.runtime import AdaptersError, ContractViolation
-from harness.compare import Mismatch, assert_close, assert_same_counts, describe
+from harness.compare import Mismatch, assert_close, assert_same_counts, describe, mismatched
 from harness.diagnose import diagnose, output_axes
 from harness.probes import first_nonfinite
 from harness.paths import at
@@ -37,7 +37,7 @@ def check_output(adapters, term: Term, case: Case) -> None:
             assert_same_counts(out, expected, header=where, hidden=case.hidden)
         else:
             assert_close(out, expected, what="output", atol=case.atol, rtol=case.rtol,
-                         header=where, hidden=case.hidden)
+                         header=where, hidden=case.hidden, ulps=case.ulps)
     except Mismatch as e:
         trace = None
         if isinstance(out, torch.Tensor) and isinstance(expected, torch.Tensor) and out.shape == expected.shape \
@@ -76,18 +76,21 @@ def check_gradient(adapters, term: Term, case: Case) -> None:
             assert_close(grad, stored[f"grad/{path}"], what=f"gradient with respect to `{path}`",
                          atol=case.grad_atol, rtol=case.grad_rtol, header=where, hidden=case.hidden)
         except Mismatch as e:
-            if case.hidden or not _close(out, stored["out"], case.atol, case.rtol):
+            if case.hidden or not _close(out, stored["out"], case):
                 raise
-            raise Mismatch(f"{e}\nWhat differs: the output is right and the gradient with respect to `{path}` "
-                           "is wrong, so the backward pass does not follow the forward computation: look for "
-                           ".detach(), .data, torch.no_grad() or a hand-written backward on the path to it.") from None
+            expected = stored[f"grad/{path}"].double()
+            gross = (grad.detach().double() - expected).abs().max() > 0.1 * expected.abs().max()
+            why = (": the backward pass does not follow the forward computation (look for .detach(), .data, "
+                   "torch.no_grad() or a hand-written backward on the path to it)" if gross else "")
+            raise Mismatch(f"{e}\nWhat differs: the output is right, only the gradient with respect to `{path}` "
+                           f"is wrong{why}.") from None
 
 
-def _close(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> bool:
+def _close(actual: torch.Tensor, expected: torch.Tensor, case: Case) -> bool:
     actual = actual.detach()
     if actual.shape != expected.shape or actual.dtype != expected.dtype:
         return False
-    return bool(torch.equal(actual, expected) if atol == rtol == 0 else torch.isclose(actual, expected, atol=atol, rtol=rtol).all())
+    return not mismatched(actual, expected, case.atol, case.rtol, case.ulps).any()
 
 
 def check_raises(adapters, term: Term, case: Case) -> None:

@@ -302,7 +302,7 @@ def _wrong_result(term, case, actual, expected, nonfinite) -> list[tuple[str, st
         return [("Non-finite", nonfinite), ("Likely cause", overflow(nonfinite, actual.dtype))]
     axes = output_axes(case.function, actual.dim())
     return [("Likely cause", heuristic(actual, expected, case.atol, case.rtol)),
-            ("What differs", what_differs(actual, expected, case.atol, case.rtol, axes))]
+            ("What differs", what_differs(actual, expected, case.atol, case.rtol, axes, case.ulps))]
 
 
 def output_axes(function: str, rank: int) -> list[str]:
@@ -322,11 +322,12 @@ def _ranges(indices: list[int]) -> str:
     return ", ".join(runs)
 
 
-def what_differs(actual, expected, atol: float, rtol: float, axes: list[str]) -> str | None:
+def what_differs(actual, expected, atol: float, rtol: float, axes: list[str], ulps: int = 0) -> str | None:
     """Where the errors are, read off the arrays: the indices along each axis that hold them,
     and an error that grows along an axis. Only what the numbers show."""
+    from harness.compare import mismatched
     a, e = actual.detach().double(), expected.double()
-    bad = ~torch.isclose(a, e, atol=atol, rtol=rtol)
+    bad = mismatched(actual.detach(), expected, atol, rtol, ulps)
     if not bad.any() or a.dim() == 0:
         return None
     facts = []

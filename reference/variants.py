@@ -408,7 +408,7 @@ class _RMSNorm(model.RMSNorm):
     center, axis, use_gain, upcast, fixed_eps, module_dtype, einops_3d = False, -1, True, True, None, False, False
 
     def forward(self, x):
-        wide = x.float() if self.upcast else x
+        wide = x.float() if self.upcast is True or x.dtype == self.upcast else x
         if self.center:
             wide = wide - wide.mean(dim=self.axis, keepdim=True)
         eps = self.fixed_eps if self.fixed_eps is not None else self.eps
@@ -440,6 +440,9 @@ register("rmsnorm_gain_ignored", "the gain is not applied",
 register("rmsnorm_no_upcast", "no float32 upcast: fp16 squares overflow",
          hint="RMSNorm computed in float16: x**2 overflows; upcast to float32 first", mistake=32,
          model__RMSNorm=_set(_RMSNorm, upcast=False))
+register("rmsnorm_bf16_not_upcast", "RMSNorm upcasts float16 but computes bfloat16 in bfloat16",
+         hint="RMSNorm computed in bfloat16; compute in float32 and round once to the input's dtype",
+         model__RMSNorm=_set(_RMSNorm, upcast=torch.float16))
 register("rmsnorm_eps_ignored", "eps hard-coded to 1e-6",
          hint="RMSNorm with a hard-coded eps instead of the eps argument",
          mistake=33, model__RMSNorm=_set(_RMSNorm, fixed_eps=1e-6))
