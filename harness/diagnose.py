@@ -338,7 +338,7 @@ def what_differs(actual, expected, atol: float, rtol: float, axes: list[str], ul
             continue
         if hit == list(range(1, n)):
             facts.append(f"along {name}, every index but the first ({name} 0 is right)")
-        elif hit[-1] == n - 1 and hit == list(range(hit[0], n)):
+        elif len(hit) > 2 and hit == list(range(hit[0], n)):
             facts.append(f"along {name}, only indices >= {hit[0]} (of {n})")
         else:
             facts.append(f"along {name}, only {_ranges(hit)} (of {n})")

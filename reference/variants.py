@@ -428,6 +428,8 @@ class _SwiGLU(model.SwiGLU):
 
 
 
+_LOW_PRECISION_RMSNORM = ("RMSNorm computed in the input's float16/bfloat16: x**2 overflows float16, and "
+                          "bfloat16 keeps 8 bits; upcast to float32 first")
 register("rmsnorm_subtracts_mean", "the mean is subtracted (LayerNorm)",
          hint="RMSNorm that subtracts the mean (that is LayerNorm)", mistake=29,
          model__RMSNorm=_set(_RMSNorm, center=True))
@@ -438,10 +440,10 @@ register("rmsnorm_gain_ignored", "the gain is not applied",
          hint="RMSNorm without its gain; multiply by weights",
          mistake=31, model__RMSNorm=_set(_RMSNorm, use_gain=False))
 register("rmsnorm_no_upcast", "no float32 upcast: fp16 squares overflow",
-         hint="RMSNorm computed in float16: x**2 overflows; upcast to float32 first", mistake=32,
+         hint=_LOW_PRECISION_RMSNORM, mistake=32,
          model__RMSNorm=_set(_RMSNorm, upcast=False))
 register("rmsnorm_bf16_not_upcast", "RMSNorm upcasts float16 but computes bfloat16 in bfloat16",
-         hint="RMSNorm computed in bfloat16; compute in float32 and round once to the input's dtype",
+         hint=_LOW_PRECISION_RMSNORM,
          model__RMSNorm=_set(_RMSNorm, upcast=torch.float16))
 register("rmsnorm_eps_ignored", "eps hard-coded to 1e-6",
          hint="RMSNorm with a hard-coded eps instead of the eps argument",
@@ -461,6 +463,8 @@ class _BufferTable(nn.Module):
 register("silu_as_sigmoid", "SiLU returns sigmoid(x), without the factor x",
          hint="sigmoid(x) alone; SiLU is x * sigmoid(x)",
          attention__silu=torch.sigmoid)
+register("silu_sigmoid_detached", "SiLU as x * sigmoid(x).detach(): right values, wrong gradient",
+         named_by="the output is right, only the gradient", attention__silu=lambda x: x * torch.sigmoid(x).detach())
 register("embedding_table_as_buffer", "the embedding table is a buffer, so it has no parameters and never trains",
          hint="an embedding table kept as a buffer; it is the module's one nn.Parameter",
          named_by="exactly 32,000 parameters", embeddings__Embedding=_BufferTable)
