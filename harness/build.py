@@ -22,6 +22,9 @@ def build_term(project: Path, name: str, seed: int, force: bool = False, skip_un
     """Build term `name` from the catalogue. `skip_unreached=False` runs every known mistake
     on every public case, even where it cannot differ (the selftest's proof that skipping
     changes no byte)."""
+    from harness.rules import catalogue_problems
+    if problems := catalogue_problems():
+        raise ValueError("the catalogue breaks its rules (harness/rules.py):\n  " + "\n  ".join(problems))
     folder = project / "fixtures" / name
     if folder.exists():
         if not force:

@@ -13,8 +13,8 @@ from pathlib import Path
 from harness.contract import ADAPTERS, render_stub
 from harness.store import HIDDEN, Term
 
-INSTRUCTOR_ONLY = {"build.py", "catalogue.py", "coverage.py", "grade.py", "drive.py", "remote.py", "sandbox.py",
-                   "worker.py", "wire.py", "release.py", "suite.py"}
+INSTRUCTOR_ONLY = {"build.py", "catalogue.py", "coverage.py", "rules.py", "grade.py", "drive.py", "remote.py",
+                   "sandbox.py", "worker.py", "wire.py", "release.py", "suite.py"}
 STUDENT_README_END = "## Instructor and maintainer guide"
 
 

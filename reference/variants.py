@@ -269,7 +269,7 @@ class _MHA(attention.MultiHeadSelfAttention):
         seq, d = x.shape[-2], x.shape[-1]
         h = self.num_heads
         rotate = not (token_positions is None and self.positions == "skipped_when_none")
-        if self.positions == "asserted":
+        if self.positions == "asserted" and self.rope is not None:
             assert token_positions is not None, "token_positions must be given"
         if (token_positions is None and self.positions != "unhandled_none") or self.positions == "ignored":
             # cpu_default: torch.arange without device=; indexing device tables with it is allowed
@@ -595,7 +595,7 @@ def _softmax_mean(x, dim):
 
 register("softmax_subtracts_mean", "softmax subtracts each slice's mean instead of its max",
          named_by="not the mean", attention__softmax=_softmax_mean)
-register("softmax_global_max", "softmax subtracts the global max, not each slice's",
+register("softmax_global_max", "softmax subtracts the global max, not each slice's", named_by="not the global max",
          hint=("softmax with the global max: slices far below it underflow to 0/0 (NaN). Subtract each slice's own "
                "max, x.amax(dim, keepdim=True)"),
          attention__softmax=_softmax_global_max)

@@ -8,16 +8,14 @@ third rule, reduced precision judged within 1 ulp of the float32 result rounded 
 is the build's: harness/build.py sets it on every float16/bfloat16 output.)
 """
 
-import inspect
 import typing
+from unittest import mock
 
 import pytest
-import torch
-from torch.overrides import TorchFunctionMode
 
-from harness.catalogue import CATALOGUE
+from harness.catalogue import CATALOGUE, case, given, normal
 from harness.contract import ADAPTERS
-from harness.paths import assemble, leaves
+from harness.rules import exponential_ranges, narrow_spread, public, unvaried
 
 # (function, case) -> why equal sizes are the point of the case
 ABOUT_EQUALITY = {
@@ -82,31 +80,6 @@ def test_rank_3_non_contiguous_inputs_exist():
 
 # ---------------------------------------------------------------- every value varies where code could ignore it
 
-def _public(function: str) -> list:
-    return [s for s in CATALOGUE if s.function == function and not s.hidden and s.check == "output"]
-
-
-def _optional(param) -> bool:
-    return param.default is None or type(None) in typing.get_args(param.annotation)
-
-
-def unvaried(function: str) -> list[str]:
-    """Arguments of `function` (from its contract signature) that no public case varies: a scalar
-    with one value only, an optional argument never None or never given, a default never left."""
-    public, problems = _public(function), []
-    for name, param in ADAPTERS[function].signature.parameters.items():
-        values = [s.args.get(name) for s in public if name in s.args]
-        if _optional(param):
-            if not (any(v is None for v in values) and any(v is not None for v in values)):
-                problems.append(f"{name}: needs a public case with None and one with a value")
-        elif param.annotation in (int, float, bool, str):
-            if len(set(values)) < 2:
-                problems.append(f"{name}: every public case uses {sorted(set(values))}")
-        elif param.default is not inspect.Parameter.empty and all(v == param.default for v in values):
-            problems.append(f"{name}: never leaves its default {param.default!r}")
-    return problems
-
-
 WITH_CASES = sorted({s.function for s in CATALOGUE})
 
 
@@ -117,41 +90,18 @@ def test_every_scalar_and_optional_argument_varies_in_public_cases(function):
     assert not unvaried(function), f"{function}: {'; '.join(unvaried(function))}"
 
 
+def test_the_variation_rule_can_fail():
+    fixed = [case("run_rope", "a", d_k=8, theta=10000.0, max_seq_len=8, in_query_or_key=normal(2, 8),
+                  token_positions=given([0, 1])),
+             case("run_rope", "b", d_k=4, theta=10000.0, max_seq_len=9, in_query_or_key=normal(2, 4),
+                  token_positions=given([0, 1]))]
+    with mock.patch("harness.rules.CATALOGUE", fixed):
+        assert unvaried("run_rope") == ["theta: every public case uses [10000.0]"]
+
+
 # ---------------------------------------------------------------- exponentials see a large spread
 
-SPREAD = 100.0  # exp(x - mean) overflows float32 once x - mean > 88.7
-
-
-class _Exponentials(TorchFunctionMode):
-    """Records the range of every operand of exp, sigmoid or softmax that depends on the inputs."""
-    FUNCS = {torch.exp, torch.Tensor.exp, torch.sigmoid, torch.Tensor.sigmoid, torch.softmax,
-             torch.Tensor.softmax, torch.nn.functional.softmax}
-
-    def __init__(self):
-        super().__init__()
-        self.ranges: list[float] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        x = args[0] if args else None
-        if func in self.FUNCS and isinstance(x, torch.Tensor) and x.requires_grad:
-            finite = x.detach()[x.detach().isfinite()]
-            self.ranges.append((finite.max() - finite.min()).item() if finite.numel() else 0.0)
-        return func(*args, **(kwargs or {}))
-
-
-def exponential_ranges(spec) -> list[float]:
-    """Ranges of the exp/sigmoid/softmax operands of the reference's call on one case. The
-    reference subtracts each slice's max before exp, so a range there is a spread inside a slice."""
-    import reference.adapters as ref
-    generated = spec.generate(0)
-    grads = {p: t.requires_grad_(t.is_floating_point()) for p, t in leaves(generated)}
-    kwargs = {**{k: v for k, v in spec.args.items() if k not in generated}, **assemble(generated, grads)}
-    with _Exponentials() as mode:
-        getattr(ref, spec.function)(**kwargs)
-    return mode.ranges
-
-
-EXPONENTIATING = [f for f in WITH_CASES if any(exponential_ranges(s) for s in _public(f))]
+EXPONENTIATING = [f for f in WITH_CASES if any(exponential_ranges(s) for s in public(f))]
 
 
 def test_exponentiating_functions_are_found_from_the_reference():
@@ -164,6 +114,14 @@ def test_exponentiating_functions_are_found_from_the_reference():
 def test_exponentiating_functions_have_a_large_spread_inside_one_slice(function):
     """A softmax that subtracts the mean, or a sigmoid written as 1 / (1 + exp(-x)), is exact on
     small spreads: some public case must spread one slice by SPREAD, not only offset it."""
-    widest = max(max(exponential_ranges(s), default=0.0) for s in _public(function))
-    assert widest >= SPREAD, (f"{function}: the widest exp/sigmoid/softmax operand in a public case spans "
-                              f"{widest:.3g}; add a case whose slice spans at least {SPREAD:g}")
+    assert narrow_spread(function) is None, f"{function}: {narrow_spread(function)}"
+    offset_only = [s for s in public("run_softmax") if s.name == "offset-100"]
+    with mock.patch("harness.rules.CATALOGUE", offset_only):
+        assert "spans" in narrow_spread("run_softmax")  # a large offset is not a spread
+
+
+def test_term_new_refuses_a_catalogue_that_breaks_the_rules(tmp_path):
+    from harness.build import build_term
+    with mock.patch("harness.rules.CATALOGUE", [s for s in CATALOGUE if s.name != "spread-300"]):
+        with pytest.raises(ValueError, match="run_softmax: the widest"):
+            build_term(tmp_path, "broken", seed=1)
