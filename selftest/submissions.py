@@ -21,9 +21,9 @@ EDITED = {
                         "even, odd = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]"),
     "no_scale": ("attention.py", "/ math.sqrt(Q.shape[-1])", ""),
     "syntax_error": ("attention.py", "def silu(", "def silu(:\ndef _("),
+    # attention's causal mask is made without device=: right on the CPU, so judged on devices
+    "mask_on_cpu": ("attention.py", "dtype=torch.bool, device=x.device).tril()", "dtype=torch.bool).tril()"),
 }
-# on top of no_scale: attention's causal mask is made without device=
-MASK_ON_CPU = ("attention.py", "dtype=torch.bool, device=x.device).tril()", "dtype=torch.bool).tril()")
 # accounting hangs once for GPT-2 XL (a file in its scratch folder says it did), and ends its
 # worker process for GPT-2 small
 ANCHOR = "    V, T, d, L = vocab_size"

@@ -28,7 +28,7 @@ from harness.contract import ADAPTERS
 from harness.grade import grade_all
 from harness.sandbox import Protections
 from harness.store import Term
-from submissions import (ATTACKS, CANARY, EDITED, EXITS, FULL, MASK_ON_CPU, bad_archives, copy_stubs,
+from submissions import (ATTACKS, CANARY, EDITED, EXITS, FULL, bad_archives, copy_stubs,
                          hangs_and_exits, points_per_function, survivors, with_attack)
 
 requires_bwrap = pytest.mark.skipif(not Protections.detect().confined, reason="bubblewrap is not usable here")
@@ -53,7 +53,6 @@ def graded(tmp_path_factory):
     copy_stubs(subs / "stubs")
     for name, (target, old, new) in EDITED.items():
         edit(reference_as_student(subs / name) / "student" / target, old, new)
-    edit(subs / "no_scale" / "student" / MASK_ON_CPU[0], *MASK_ON_CPU[1:])
     for name, (start, attack) in ATTACKS.items():
         with_attack(subs / name, start, attack, constants)
     # a zip that carries its own edited tests and fixtures, and writes into any fixtures it
@@ -138,7 +137,7 @@ def test_known_mistakes_get_partial_credit_on_the_right_functions(graded, name, 
 
 def test_probes_run_in_the_worker_and_still_catch_a_cpu_mask(graded):
     """The meta-device probe runs where the code is; a mask made without device= fails it."""
-    tests = _results_json(graded, "no_scale")["tests"]
+    tests = _results_json(graded, "mask_on_cpu")["tests"]
     device = {t["name"]: t for t in tests if "runs_on_meta_device" in t["name"]}
     failed = {n for n, t in device.items() if t["status"] == "failed"}
     assert "run_multihead_self_attention: test_function_runs_on_meta_device[run_multihead_self_attention]" in failed

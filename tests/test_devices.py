@@ -27,14 +27,17 @@ MODULE_CALLS = {  # builder, and the shape of the ids its forward takes
 }
 
 
-def _passes_on_cpu(adapters, term, case) -> bool:
+def _cpu_failure(adapters, term, case) -> str | None:
+    """Why the function fails this case on the CPU (the first line of its report), or None."""
     try:
         CHECKS["output"](adapters, term, case)
-    except NotImplementedError:
-        raise
-    except Exception:  # noqa: BLE001 - any failure here is the fixture tests' to report
-        return False
-    return True
+    except (NotImplementedError, TimeoutError):
+        raise  # unwritten or hanging code is reported as such, not as "not judged"
+    except Exception as e:  # noqa: BLE001 - any failure here is the fixture tests' to report
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        said = next((line for line in lines if line.startswith(("output:", "output is"))), (lines or [""])[0])
+        return f"{type(e).__name__}: {said}"
+    return None
 
 
 def on_meta(tree):
@@ -50,10 +53,15 @@ def test_function_runs_on_meta_device(adapters, term, name):
     cases = [c for c in term.cases if c.function == name and not c.hidden and c.check == "output"]
     if not cases:  # a term built before the function existed; the selftest requires cases in new terms
         pytest.skip(f"term {term.name} has no public case of {name} to probe it with")
-    case = next((c for c in cases if _passes_on_cpu(adapters, term, c)), None)
-    # Only code that works on the CPU is judged on devices: a CPU failure is charged once, where it is.
-    assert case is not None, (f"not judged: {name} passes none of its {len(cases)} public cases on the CPU. "
-                              "Fix the CPU failures first; this test then checks devices only")
+    failures = []
+    for case in cases:  # only code that works on the CPU is judged on devices: a CPU bug is charged once
+        if (failure := _cpu_failure(adapters, term, case)) is None:
+            break
+        failures.append(failure)
+    else:
+        raise AssertionError(f"not judged: {name} passes none of its {len(cases)} public cases on the CPU (case "
+                             f"{cases[0].name!r}: {failures[0][:300]}). Fix the CPU failures first; this test "
+                             "then checks devices only")
     kwargs = term.inputs(case)
     out = run_on_meta(getattr(adapters, name), **on_meta(kwargs))
     assert not left_on_another_device(out), f"{name} returned tensors on {left_on_another_device(out)}, " \
