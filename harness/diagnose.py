@@ -167,9 +167,10 @@ def crash(error: BaseException, case, inputs: dict) -> str | None:
         none = [k for k, v in inputs.items() if v is None and re.search(rf"\b{k}\b", line)]
         if none:
             names = ", ".join(f"`{k}`" for k in none)
-            meaning = " ".join(m for k in none if (m := none_means(case.function, k)))
+            function = getattr(case, "function", "")
+            meaning = " ".join(m for k in none if (m := none_means(function, k)))
             return (f"code that uses {names} although it is None in this case, and None is a valid value: "
-                    f"{meaning or 'see the docstring'} Handle it: `if {none[0]} is None: ...`")
+                    f"{meaning or 'see the docstring.'} Handle it: `if {none[0]} is None: ...`")
     if (match := _BROADCAST.search(message) or _EINSUM.search(message)) and case is not None:
         return _broadcast(int(match.group(1)), int(match.group(2)), case, inputs)
     return None
@@ -179,6 +180,8 @@ def none_means(function: str, arg: str) -> str | None:
     """What the contract's docstring says about `arg` (its Args entry's sentence about None,
     else the entry's first sentence), quoted."""
     from harness.contract import ADAPTERS
+    if function not in ADAPTERS:
+        return None
     doc = " ".join((ADAPTERS[function].spec.__doc__ or "").split())
     entry = re.search(rf"\b{arg}: (.*?)(?= \w+(?:, \w+)*: | Returns:| Rules:|$)", doc)
     if entry is None:
