@@ -17,6 +17,7 @@ cli        `python -m harness`: term list and contract (a release has only these
 
 Instructor only (left out of the release):
 catalogue  the fixture cases, as data
+rules      the rules the public cases keep (every argument varied, large spreads), from the contract
 build      builds a term from the reference and verifies one
 suite      runs the student suite in-process and collects what each test said
 coverage   the mistake-coverage table and MISTAKES.md
