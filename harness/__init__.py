@@ -18,7 +18,8 @@ cli        `python -m harness`: term list and contract (a release has only these
 
 Instructor only (left out of the release):
 catalogue  the fixture cases, as data
-case_rules  rules every case keeps (distinct axis sizes), checked at term new and contract --check
+case_rules  the rules the catalogue keeps (distinct axis sizes, every argument varied, large
+            spreads), derived from the contract; checked at term new and contract --check
 build      builds a term from the reference and verifies one
 suite      runs the student suite in-process and collects what each test said
 coverage   the mistake-coverage table and MISTAKES.md

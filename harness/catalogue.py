@@ -103,6 +103,17 @@ def bias(d) -> Gen:
     return normal(d, scale=0.3)
 
 
+# Near one-hot attention makes float32 gradients drift by about 1e-5 from the float64 answer.
+SHARP = (1e-4, 1e-4)
+
+
+def sharp(weights: dict[str, Gen], prefix: str = "") -> dict[str, Gen]:
+    """`weights` with the query and key projections scaled up, so attention scores spread by
+    hundreds inside one row: a softmax that subtracts anything but the row max overflows."""
+    keys = [f"{prefix}{p}.weight" for p in ("q_proj", "k_proj")]
+    return {k: normal(*g.shape, scale=2.0) if k in keys else g for k, g in weights.items()}
+
+
 def _weights(shapes: dict) -> dict[str, Gen]:
     """Random non-unit weights for the contract's state-dict shapes."""
     return {key: (bias if key.endswith(".bias") else gain)(*shape) if len(shape) == 1
@@ -278,6 +289,8 @@ UNIT_2_2 = [
          d_in=8, d_out=4, weights=weight(4, 8), in_features=normal(4, 8, layout="transposed")),
     case("run_linear", "noncontiguous-3d", "x [3, 5, 8] is a view with its first two axes swapped (seq-major storage)",
          d_in=8, d_out=6, weights=weight(6, 8), in_features=normal(3, 5, 8, layout="heads")),
+    case("run_linear", "d-in-12", "x [3, 12], d_in=12 -> d_out=5",
+         d_in=12, d_out=5, weights=weight(5, 12), in_features=normal(3, 12)),
     case("run_linear", "hidden-wide", "", hidden=True,
          d_in=16, d_out=12, weights=weight(12, 16), in_features=normal(3, 5, 16)),
 
@@ -290,12 +303,16 @@ UNIT_2_2 = [
     case("run_softmax", "4d", "[2, 2, 3, 5] along dim=-1", in_features=normal(2, 2, 3, 5), dim=-1),
     case("run_softmax", "rows-far-apart", "one row near 0, one near +1000: the max must be per row, not global",
          in_features=given([[0.1, -0.3, 0.5, 0.2, -1.0], [1000.0, 1001.5, 999.2, 1000.7, 998.9]]), dim=-1),
+    case("run_softmax", "spread-300", "one row spans 300: exp(x - mean) overflows, only the row max bounds exp by 1",
+         in_features=given([[0.5, -150.0, 10.0, 150.0, -5.0], [300.0, 0.0, 1.0, -2.0, 0.0]]), dim=-1),
     case("run_softmax", "hidden-offset", "", hidden=True,
          in_features=normal(3, 4, scale=5.0, offset=1000.0), dim=-2),
 
     # ---- run_silu
     case("run_silu", "3d", "[2, 3, 4]", in_features=normal(2, 3, 4, scale=3.0)),
     case("run_silu", "1d", "[9]", in_features=normal(9, scale=3.0)),
+    case("run_silu", "spread-large", "|x| up to hundreds: 1 / (1 + exp(-x)) overflows (use torch.sigmoid)",
+         in_features=normal(3, 7, scale=60.0)),
     case("run_silu", "hidden-4d", "", hidden=True, in_features=normal(2, 1, 2, 3, scale=3.0)),
 
     # ---- run_scaled_dot_product_attention: d_v != d_k, queries != keys, masks
@@ -314,6 +331,9 @@ UNIT_2_2 = [
          Q=normal(3, 4), K=normal(5, 4), V=normal(5, 2), mask=mask(3, 5)),
     case("run_scaled_dot_product_attention", "noncontiguous-k", "K is a transposed view; 6 queries, 4 keys",
          Q=normal(6, 8), K=normal(4, 8, layout="transposed"), V=normal(4, 3), mask=None),
+    case("run_scaled_dot_product_attention", "sharp-scores", "Q, K scaled by 8: scores span hundreds inside one row",
+         tolerance=SHARP,
+         Q=normal(2, 3, 6, scale=8.0), K=normal(2, 4, 6, scale=8.0), V=normal(2, 4, 5), mask=None),
     case("run_scaled_dot_product_attention", "hidden-mixed", "", hidden=True,
          Q=normal(3, 6, 5), K=normal(3, 7, 5), V=normal(3, 7, 3), mask=mask(3, 6, 7)),
 
@@ -327,6 +347,9 @@ UNIT_2_2 = [
     case("run_multihead_self_attention", "4d", "x [3, 1, 5, 8], 2 heads",
          d_model=8, num_heads=2, q_proj_weight=weight(8, 8), k_proj_weight=weight(8, 8),
          v_proj_weight=weight(8, 8), o_proj_weight=weight(8, 8), in_features=normal(3, 1, 5, 8)),
+    case("run_multihead_self_attention", "sharp-scores", "x [2, 5, 12], 3 heads; large Wq, Wk: scores span hundreds",
+         tolerance=SHARP, d_model=12, num_heads=3, q_proj_weight=normal(12, 12, scale=2.0), k_proj_weight=normal(12, 12, scale=2.0),
+         v_proj_weight=weight(12, 12), o_proj_weight=weight(12, 12), in_features=normal(2, 5, 12)),
     case("run_multihead_self_attention", "hidden-heads-3", "", hidden=True,
          d_model=12, num_heads=3, q_proj_weight=weight(12, 12), k_proj_weight=weight(12, 12),
          v_proj_weight=weight(12, 12), o_proj_weight=weight(12, 12), in_features=normal(2, 5, 12)),
@@ -371,6 +394,12 @@ UNIT_2_5 = [
          q_proj_weight=weight(16, 16), k_proj_weight=weight(16, 16), v_proj_weight=weight(16, 16),
          o_proj_weight=weight(16, 16), in_features=normal(3, 5, 16),
          token_positions=given([[0, 2, 2, 9, 4], [100, 30, 31, 31, 7], [6, 60, 1, 33, 12]])),
+    case("run_multihead_self_attention_with_rope", "theta-500-sharp",
+         "theta=500, 3 heads of 4, gapped positions; large Wq, Wk: scores span hundreds",
+         tolerance=SHARP, d_model=12, num_heads=3, max_seq_len=32, theta=500.0,
+         q_proj_weight=normal(12, 12, scale=2.0), k_proj_weight=normal(12, 12, scale=2.0),
+         v_proj_weight=weight(12, 12), o_proj_weight=weight(12, 12), in_features=normal(2, 5, 12),
+         token_positions=given([3, 0, 7, 7, 12])),
     case("run_multihead_self_attention_with_rope", "hidden-positions", "", hidden=True,
          tolerance=rope_tolerance, d_model=12, num_heads=3, max_seq_len=64, theta=1000.0,
          q_proj_weight=weight(12, 12), k_proj_weight=weight(12, 12), v_proj_weight=weight(12, 12),
@@ -397,6 +426,9 @@ MODEL = [
     case("run_rmsnorm", "bf16", "bfloat16 inputs: the output stays bfloat16",
          tolerance=(1e-2, 1.6e-2), d_model=8, eps=1e-5, weights=normal(8, scale=0.3, offset=1.0, dtype="bfloat16"),
          in_features=normal(3, 8, dtype="bfloat16")),
+    case("run_rmsnorm", "bf16-d12-eps-1e-3", "bfloat16 x [4, 6, 12], eps=1e-3: within 1 ulp of float32 rounded once",
+         d_model=12, eps=1e-3, weights=normal(12, scale=0.3, offset=1.0, dtype="bfloat16"),
+         in_features=normal(4, 6, 12, dtype="bfloat16")),
     case("run_rmsnorm", "hidden-wide", "", hidden=True,
          d_model=16, eps=1e-6, weights=gain(16), in_features=normal(2, 4, 16, scale=0.5)),
 
@@ -409,6 +441,9 @@ MODEL = [
     case("run_swiglu", "noncontiguous", "x is a transposed view [6, 8]",
          d_model=8, d_ff=12, w1_weight=weight(12, 8), w2_weight=weight(8, 12), w3_weight=weight(12, 8),
          in_features=normal(6, 8, layout="transposed")),
+    case("run_swiglu", "large-gate", "d_model=6, d_ff=10, large W1: SiLU's input spans hundreds",
+         d_model=6, d_ff=10, w1_weight=normal(10, 6, scale=30.0), w2_weight=weight(6, 10), w3_weight=weight(10, 6),
+         in_features=normal(3, 6)),
     case("run_swiglu", "hidden-4d", "", hidden=True,
          d_model=8, d_ff=16, w1_weight=weight(16, 8), w2_weight=weight(8, 16), w3_weight=weight(16, 8),
          in_features=normal(2, 2, 2, 8)),
@@ -420,6 +455,9 @@ MODEL = [
     case("run_transformer_block", "one-sequence", "batch 1, seq 9, 2 heads",
          d_model=8, num_heads=2, d_ff=20, max_seq_len=12, theta=10000.0,
          weights=block_weights(8, 20), in_features=normal(1, 9, 8)),
+    case("run_transformer_block", "theta-500-sharp", "theta=500, 3 heads of 4; large Wq, Wk: scores span hundreds",
+         tolerance=SHARP, d_model=12, num_heads=3, d_ff=20, max_seq_len=10, theta=500.0,
+         weights=sharp(block_weights(12, 20), "attn."), in_features=normal(2, 7, 12)),
     case("run_transformer_block", "hidden-block", "", hidden=True,
          d_model=12, num_heads=3, d_ff=16, max_seq_len=8, theta=1000.0,
          weights=block_weights(12, 16), in_features=normal(2, 5, 12)),
@@ -431,6 +469,10 @@ MODEL = [
     case("run_transformer_lm", "truncated", "ids [3, 5]: fewer tokens than context_length=12",
          tolerance=(1e-4, 1e-4), vocab_size=40, context_length=12, d_model=24, num_layers=2, num_heads=4,
          d_ff=36, rope_theta=10000.0, weights=lm_weights(40, 24, 2, 36), in_indices=ints(3, 5, high=40)),
+    case("run_transformer_lm", "theta-500-sharp", "V=36, T=10, d_model=16, 1 layer, 2 heads, theta=500; large Wq, Wk",
+         tolerance=(1e-4, 1e-4), vocab_size=36, context_length=10, d_model=16, num_layers=1, num_heads=2,
+         d_ff=28, rope_theta=500.0, weights=sharp(lm_weights(36, 16, 1, 28), "layers.0.attn."),
+         in_indices=ints(3, 6, high=36)),
     case("run_transformer_lm", "hidden-lm", "", hidden=True, tolerance=(1e-4, 1e-4),
          vocab_size=30, context_length=8, d_model=12, num_layers=1, num_heads=3, d_ff=20, rope_theta=500.0,
          weights=lm_weights(30, 12, 1, 20), in_indices=ints(2, 7, high=30)),
@@ -483,8 +525,10 @@ GPT2 = [
          c_proj_bias=bias(12), in_features=normal(2, 5, 12)),
 
     # ---- run_grouped_query_attention: groups > 1 (repeat_interleave), MQA, plain MHA, RoPE
-    case("run_grouped_query_attention", "gqa-8-2", "8 query heads share 2 kv heads (groups of 4), d_k=3, batch 4 != seq 5",
-         d_model=24, num_heads=8, num_kv_heads=2, q_proj_weight=weight(24, 24), k_proj_weight=weight(6, 24),
+    case("run_grouped_query_attention", "gqa-8-2",
+         "8 query heads share 2 kv heads (groups of 4), d_k=3, batch 4 != seq 5; large Wq, Wk: scores span hundreds",
+         tolerance=SHARP, d_model=24, num_heads=8, num_kv_heads=2, q_proj_weight=normal(24, 24, scale=2.0),
+         k_proj_weight=normal(6, 24, scale=2.0),
          v_proj_weight=weight(6, 24), o_proj_weight=weight(24, 24), in_features=normal(4, 5, 24)),
     case("run_grouped_query_attention", "mqa", "multi-query: 4 query heads, 1 kv head, x [7, 20] (no batch)",
          equal=("d_head=d_kv",),
@@ -512,8 +556,9 @@ GPT2 = [
     # ---- run_gpt2_block: pre-LN, biases everywhere, eps passed through
     case("run_gpt2_block", "block", "d_model=24, 4 heads, d_ff=40, batch 2 != seq 7",
          d_model=24, num_heads=4, d_ff=40, weights=gpt2_block_weights(24, 40), in_features=normal(2, 7, 24)),
-    case("run_gpt2_block", "eps-1e-3", "eps=1e-3, 2 heads, batch 3 != seq 5",
-         d_model=8, num_heads=2, d_ff=20, eps=1e-3, weights=gpt2_block_weights(8, 20), in_features=normal(3, 5, 8)),
+    case("run_gpt2_block", "eps-1e-3", "eps=1e-3, 2 heads, batch 3 != seq 5; large Wq, Wk: scores span hundreds",
+         tolerance=SHARP, d_model=8, num_heads=2, d_ff=20, eps=1e-3, weights=sharp(gpt2_block_weights(8, 20), "attn."),
+         in_features=normal(3, 5, 8)),
     case("run_gpt2_block", "hidden-block", "", hidden=True,
          d_model=12, num_heads=3, d_ff=16, weights=gpt2_block_weights(12, 16), in_features=normal(2, 5, 12)),
 
@@ -521,9 +566,9 @@ GPT2 = [
     case("run_gpt2_lm", "full-context", "V=40, T=12, d_model=24, 2 layers, 4 heads; ids [2, 12] fill the context",
          tolerance=(1e-4, 1e-4), vocab_size=40, context_length=12, d_model=24, num_layers=2, num_heads=4, d_ff=36,
          weights=gpt2_lm_weights(40, 12, 24, 2, 36), in_indices=ints(2, 12, high=40)),
-    case("run_gpt2_lm", "truncated", "one layer, ids [2, 5]: fewer tokens than context_length=10",
-         tolerance=(1e-4, 1e-4), vocab_size=30, context_length=10, d_model=12, num_layers=1, num_heads=3, d_ff=20,
-         weights=gpt2_lm_weights(30, 10, 12, 1, 20), in_indices=ints(2, 5, high=30)),
+    case("run_gpt2_lm", "truncated", "one layer, ids [2, 5]: fewer tokens than context_length=10; large Wq, Wk",
+         tolerance=SHARP, vocab_size=30, context_length=10, d_model=12, num_layers=1, num_heads=3, d_ff=20,
+         weights=sharp(gpt2_lm_weights(30, 10, 12, 1, 20), "layers.0.attn."), in_indices=ints(2, 5, high=30)),
     case("run_gpt2_lm", "hidden-lm", "", hidden=True, tolerance=(1e-4, 1e-4),
          vocab_size=25, context_length=9, d_model=8, num_layers=1, num_heads=2, d_ff=12,
          weights=gpt2_lm_weights(25, 9, 8, 1, 12), in_indices=ints(3, 7, high=25)),

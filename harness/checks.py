@@ -7,8 +7,9 @@ held to exactly what students are held to.
 import torch
 
 from harness.runtime import AdaptersError, ContractViolation
-from harness.compare import Mismatch, assert_close, assert_same_counts, describe
-from harness.diagnose import diagnose
+from harness.compare import Mismatch, assert_close, assert_same_counts, describe, mismatched
+from harness.diagnose import diagnose, output_axes
+from harness.probes import first_nonfinite
 from harness.paths import at
 from harness.store import Case, Term, swap_view
 
@@ -24,7 +25,10 @@ def header(case: Case, kwargs: dict) -> str:
 
 def check_output(adapters, term: Term, case: Case) -> None:
     kwargs = term.inputs(case)
-    out = getattr(adapters, case.function)(**kwargs)
+    try:
+        out = getattr(adapters, case.function)(**kwargs)
+    except ContractViolation as e:  # a wrong shape: say the one this case expects, with its axes
+        raise ContractViolation(f"{e}{_expected_shape(term, case)}") from None
     _check_not_mutated(term, case, kwargs)  # first: a mutated input also spoils the output
     expected = term.expected(case)
     where = header(case, kwargs)
@@ -33,9 +37,25 @@ def check_output(adapters, term: Term, case: Case) -> None:
             assert_same_counts(out, expected, header=where, hidden=case.hidden)
         else:
             assert_close(out, expected, what="output", atol=case.atol, rtol=case.rtol,
-                         header=where, hidden=case.hidden)
+                         header=where, hidden=case.hidden, ulps=case.ulps)
     except Mismatch as e:
-        raise Mismatch(f"{e}{diagnose(term, case, actual=out, expected=expected)}") from None
+        trace = None
+        if isinstance(out, torch.Tensor) and isinstance(expected, torch.Tensor) and out.shape == expected.shape \
+                and (~torch.isfinite(out.detach()) & torch.isfinite(expected)).any():
+            trace = first_nonfinite(getattr(adapters, case.function), **term.inputs(case))
+        shape = _expected_shape(term, case) if getattr(out, "shape", None) != getattr(expected, "shape", None) else ""
+        raise Mismatch(f"{e}{shape}{diagnose(term, case, actual=out, expected=expected, nonfinite=trace)}") from None
+
+
+def _expected_shape(term: Term, case: Case) -> str:
+    if case.hidden or case.check != "output":
+        return ""
+    expected = term.expected(case)
+    if not isinstance(expected, torch.Tensor):
+        return ""
+    axes = output_axes(case.function, expected.dim())
+    named = ", ".join(f"{a}={n}" if not a.startswith("axis") else str(n) for a, n in zip(axes, expected.shape))
+    return f"\n  this case expects the output shape {list(expected.shape)}: [{named}]"
 
 
 def check_gradient(adapters, term: Term, case: Case) -> None:
@@ -52,8 +72,25 @@ def check_gradient(adapters, term: Term, case: Case) -> None:
         if grad is None:
             raise Mismatch(f"{where}\nno gradient reaches `{path}`: it is detached somewhere "
                            f"(.detach(), .data, a copy into a new tensor, or torch.no_grad()).")
-        assert_close(grad, stored[f"grad/{path}"], what=f"gradient with respect to `{path}`",
-                     atol=case.grad_atol, rtol=case.grad_rtol, header=where, hidden=case.hidden)
+        try:
+            assert_close(grad, stored[f"grad/{path}"], what=f"gradient with respect to `{path}`",
+                         atol=case.grad_atol, rtol=case.grad_rtol, header=where, hidden=case.hidden)
+        except Mismatch as e:
+            if case.hidden or not _close(out, stored["out"], case):
+                raise
+            expected = stored[f"grad/{path}"].double()
+            gross = (grad.detach().double() - expected).abs().max() > 0.1 * expected.abs().max()
+            why = (": the backward pass does not follow the forward computation (look for .detach(), .data, "
+                   "torch.no_grad() or a hand-written backward on the path to it)" if gross else "")
+            raise Mismatch(f"{e}\nWhat differs: the output is right, only the gradient with respect to `{path}` "
+                           f"is wrong{why}.") from None
+
+
+def _close(actual: torch.Tensor, expected: torch.Tensor, case: Case) -> bool:
+    actual = actual.detach()
+    if actual.shape != expected.shape or actual.dtype != expected.dtype:
+        return False
+    return not mismatched(actual, expected, case.atol, case.rtol, case.ulps).any()
 
 
 def check_raises(adapters, term: Term, case: Case) -> None:

@@ -22,14 +22,15 @@ def describe(t) -> str:
 
 
 def assert_close(actual, expected: torch.Tensor, *, what: str, atol: float, rtol: float,
-                 header: str, hidden: bool = False) -> None:
+                 header: str, hidden: bool = False, ulps: int = 0) -> None:
     """Raise Mismatch with a report unless `actual` equals `expected` within tolerance.
 
-    atol == rtol == 0 means bit-exact, as torch.equal.
+    atol == rtol == 0 means bit-exact, as torch.equal; ulps > 0 (float16/bfloat16 outputs)
+    allows that many units in the last place of the output dtype instead of atol/rtol.
     """
     problem = _shape_problem(actual, expected)
     if problem is None:
-        problem = _value_problem(actual, expected, atol, rtol)
+        problem = _value_problem(actual, expected, atol, rtol, ulps)
     if problem is None:
         return
     if hidden:
@@ -50,20 +51,34 @@ def _shape_problem(actual, expected) -> str | None:
     return None
 
 
-def _value_problem(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> str | None:
+def mismatched(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, ulps: int = 0) -> torch.Tensor:
+    """The elements of `actual` outside the tolerance (NaN matches NaN, as the reference's own)."""
     actual = actual.detach()
-    exact = atol == 0 and rtol == 0
-    if exact:
-        bad = ~((actual == expected) | (actual.isnan() & expected.isnan()))
-    else:
-        bad = ~torch.isclose(actual, expected, atol=atol, rtol=rtol, equal_nan=True)
+    both_nan = actual.isnan() & expected.isnan()
+    if ulps:
+        e = expected.abs()
+        spacing = (torch.nextafter(e, torch.full_like(e, float("inf"))) - e).double()
+        ok = (actual.double() - expected.double()).abs() <= ulps * spacing
+        return ~(ok | both_nan | (actual == expected))
+    if atol == 0 and rtol == 0:
+        return ~((actual == expected) | both_nan)
+    return ~torch.isclose(actual, expected, atol=atol, rtol=rtol, equal_nan=True)
+
+
+def _value_problem(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float,
+                   ulps: int = 0) -> str | None:
+    actual = actual.detach()
+    exact = atol == 0 and rtol == 0 and not ulps
+    bad = mismatched(actual, expected, atol, rtol, ulps)
     if not bad.any():
         return None
     a, e = actual.double(), expected.double()
     diff = (a - e).abs()
     finite = diff[bad & diff.isfinite()]
     n, total = int(bad.sum()), bad.numel()
-    tol = "bit-exact (torch.equal)" if exact else f"atol={atol:g}, rtol={rtol:g}"
+    dtype = str(expected.dtype).removeprefix("torch.")
+    tol = "bit-exact (torch.equal)" if exact else \
+        f"{ulps} ulp of {dtype} (the float32 result rounded once to {dtype})" if ulps else f"atol={atol:g}, rtol={rtol:g}"
     lines = [f"{n} of {total} elements differ ({100 * n / total:.1f}%), tolerance {tol}"]
     if finite.numel():
         rel = finite / e[bad & diff.isfinite()].abs().clamp_min(1e-12)

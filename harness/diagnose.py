@@ -55,13 +55,24 @@ def matching_variant(actual, fingerprints: dict[str, dict], atol: float, rtol: f
         if not isinstance(actual, torch.Tensor) or actual.numel() <= int(fp["idx"].max()):
             continue
         sample = actual.detach().flatten()[fp["idx"]].to(fp["val"].dtype)
+        if not (torch.isfinite(sample).all() and torch.isfinite(fp["val"]).all()):
+            continue  # NaN equals no NaN: non-finite values are evidence of nothing in particular
         close = torch.isclose(sample, fp["val"], atol=MATCH_SLACK * max(atol, 1e-6),
-                              rtol=MATCH_SLACK * max(rtol, 1e-5), equal_nan=True)
+                              rtol=MATCH_SLACK * max(rtol, 1e-5))
         if close.all():
-            error = (sample.double() - fp["val"].double()).abs().nan_to_num(0.0).max().item()
+            error = (sample.double() - fp["val"].double()).abs().max().item()
             if error < best_error:
                 best, best_error = name, error
     return best
+
+
+def match_evidence(actual, fp: dict) -> str:
+    """What a fingerprint match rests on, in numbers."""
+    if "idx" not in fp:
+        return f"all {len(fp)} counts equal that mistake's"
+    sample = actual.detach().flatten()[fp["idx"]].double()
+    error = (sample - fp["val"].double()).abs().max().item()
+    return f"equal to it within {error:.2g} at {fp['idx'].numel()} sampled elements, where it differs most and at random"
 
 
 def heuristic(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> str | None:
@@ -86,23 +97,28 @@ def heuristic(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: f
         if close(a[..., :1, :], e[..., :1, :]) and row_wrong[..., 1:].all():
             return ("only position 0 is right, and every later position is off: whatever depends on the "
                     "position (its rotation or position vector, or the earlier tokens it attends to) is wrong")
+    if a.shape[-1] % 2 == 0 and close(a, torch.cat([e[..., 0::2], e[..., 1::2]], dim=-1)):
+        return ("your output holds the expected even dimensions in its first half and the odd ones in its second: "
+                "a halves layout ([sin | cos], or pairs (i, i + d/2)) where this assignment interleaves "
+                "(dims 2i and 2i+1 form pair i)")
     if a.shape[-1] > 1 and close(a.sort(dim=-1).values, e.sort(dim=-1).values):
         return ("the right values, in the wrong order along the last axis: a layout difference "
                 "(how dimensions are paired, interleaved or concatenated)")
     return None
 
 
-def overflow(actual, expected: torch.Tensor, largest_input: float, function: str = "") -> str | None:
-    """NaN/inf where the reference is finite, on inputs large enough to overflow exp or a square."""
-    if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape:
+def overflow(trace: str | None, dtype: torch.dtype) -> str | None:
+    """A cause for a NaN/inf, only where the traced op and its measured operands show it."""
+    if not trace:
         return None
-    broken = ~torch.isfinite(actual.detach()) & torch.isfinite(expected)
-    if not broken.any() or largest_input < 50:
-        return None
-    where = f"NaN/inf appear where the reference is finite, and the inputs reach |x| = {largest_input:.0f}: "
-    if "rmsnorm" in function:
-        return where + "x**2 overflows in float16. Square in float32: upcast x first"
-    return where + "exp overflows. Subtract each slice's max along dim before exp"
+    largest = float(re.search(r"largest finite \|value\| is (\S+)$", trace).group(1))
+    if "aten.exp " in trace and largest > 88.7:
+        return (f"exp overflowed: an operand of exp reached {largest:.4g}, and exp overflows float32 above 88.7. "
+                "Subtract each slice's max along dim before exp (not the mean: only the max bounds exp by 1)")
+    if re.search(r"aten\.(pow|mul|square) ", trace) and dtype == torch.float16 and largest > 255:
+        return (f"x**2 overflowed in float16 (|x| reached {largest:.4g}; float16 ends at 65504). "
+                "Square in float32: upcast x first")
+    return None
 
 
 def dtype_slip(actual, expected, inputs: dict) -> str | None:
@@ -120,6 +136,8 @@ def dtype_slip(actual, expected, inputs: dict) -> str | None:
 _RANK_ERRORS = ("values to unpack", "number of subscripts", "number of dimensions", "-dimensional",
                 "dimension specified as", "invalid for input of size", "Wrong shape: expected")
 _BROADCAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
+_EINSUM = re.compile(r"has size (\d+) (?:for operand \d+ )?which does not broadcast with previously seen "
+                     r"(?:ellipsis with )?size (\d+)")
 _MATMUL = re.compile(r"shapes cannot be multiplied \(([^)]*)\)|size mismatch, got input \(([^)]*)\)")
 
 
@@ -144,16 +162,33 @@ def crash(error: BaseException, case, inputs: dict) -> str | None:
     if re.search(r"[Mm]issing key\(?s?\)?.*'layers\.\d|missing \['layers\.\d", message, re.S):
         return ("the blocks are not registered: a plain Python list hides them from parameters(), state_dict(), "
                 ".to() and optimizers. Hold them in an nn.ModuleList")
-    if "NoneType" in message and case is not None:
+    if ("NoneType" in message or isinstance(error, AssertionError)) and case is not None:
         line = _raising_line(error)
         none = [k for k, v in inputs.items() if v is None and re.search(rf"\b{k}\b", line)]
         if none:
             names = ", ".join(f"`{k}`" for k in none)
-            return (f"code that uses {names} although it is None in this case: None is a valid value "
-                    f"(no mask, default positions). Handle it: `if {none[0]} is None: ...`")
-    if (match := _BROADCAST.search(message)) and case is not None:
+            function = getattr(case, "function", "")
+            meaning = " ".join(m for k in none if (m := none_means(function, k)))
+            return (f"code that uses {names} although it is None in this case, and None is a valid value: "
+                    f"{meaning or 'see the docstring.'} Handle it: `if {none[0]} is None: ...`")
+    if (match := _BROADCAST.search(message) or _EINSUM.search(message)) and case is not None:
         return _broadcast(int(match.group(1)), int(match.group(2)), case, inputs)
     return None
+
+
+def none_means(function: str, arg: str) -> str | None:
+    """What the contract's docstring says about `arg` (its Args entry's sentence about None,
+    else the entry's first sentence), quoted."""
+    from harness.contract import ADAPTERS
+    if function not in ADAPTERS:
+        return None
+    doc = " ".join((ADAPTERS[function].spec.__doc__ or "").split())
+    entry = re.search(rf"\b{arg}: (.*?)(?= \w+(?:, \w+)*: | Returns:| Rules:|$)", doc)
+    if entry is None:
+        return None
+    sentences = re.split(r"(?<=[.;])\s+(?=[A-Z])", entry.group(1))
+    found = next((s for s in sentences if "None" in s), sentences[0])
+    return f"the docstring says \"{found.strip().rstrip('.;')}\"."
 
 
 def missing_return(message: str, source: Path | None = None) -> str | None:
@@ -235,37 +270,96 @@ def _describe(t: torch.Tensor) -> str:
     return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
 
 
-def diagnose(term, case, *, actual=None, expected=None, error: BaseException | None = None) -> str:
-    """The closing `Likely cause: ...` line of a failure report, or "" when the evidence is thin.
+def diagnose(term, case, *, actual=None, expected=None, error: BaseException | None = None,
+             nonfinite: str | None = None) -> str:
+    """The closing lines of a failure report, or "" when the evidence is thin: `Likely cause:`
+    (a named mistake, with what the match rests on), and for a wrong result the facts
+    `Non-finite:` (where the first NaN/inf was made, `nonfinite` from probes.first_nonfinite)
+    and `What differs:` (where the errors are) when no known mistake matches.
 
     Either a wrong result (`actual`, and `expected` unless the case must raise) or a
     crash (`error`). `case` is None for tests that run no fixture case; hidden cases
     never explain themselves."""
     if case is not None and case.hidden:
         return ""
-    if isinstance(error, AssertionError):  # the contract's own report (or an assert): only locate a None
-        cause = missing_return(str(error))
+    if isinstance(error, AssertionError):  # the contract's own report, or an assert in the code under test
+        cause = missing_return(str(error)) or (crash(error, case, term.inputs(case)) if case is not None else None)
     elif error is not None:
         cause = crash(error, case, term.inputs(case) if case is not None else {})
     else:
-        cause = _wrong_result(term, case, actual, expected)
+        return "".join(f"\n{label}: {_sentence(text)}" for label, text in
+                       _wrong_result(term, case, actual, expected, nonfinite) if text)
     return f"\nLikely cause: {_sentence(cause)}" if cause else ""
 
 
-def _wrong_result(term, case, actual, expected) -> str | None:
+def _wrong_result(term, case, actual, expected, nonfinite) -> list[tuple[str, str | None]]:
     stored = term.tensors(case)
     if isinstance(expected, torch.Tensor) and (slip := dtype_slip(actual, expected, stored)):
-        return slip
-    name = matching_variant(actual, term.fingerprints(case), case.atol, case.rtol)
+        return [("Likely cause", slip)]
+    fingerprints = term.fingerprints(case)
+    name = matching_variant(actual, fingerprints, case.atol, case.rtol)
     if name and name in term.hints:
-        return f"your output matches {term.hints[name]}"
-    if not isinstance(expected, torch.Tensor):
+        return [("Likely cause", f"your output matches {term.hints[name]} ({match_evidence(actual, fingerprints[name])})")]
+    if not isinstance(expected, torch.Tensor) or not isinstance(actual, torch.Tensor) \
+            or actual.shape != expected.shape:
+        return []
+    broken = ~torch.isfinite(actual.detach()) & torch.isfinite(expected)
+    if broken.any():
+        return [("Non-finite", nonfinite), ("Likely cause", overflow(nonfinite, actual.dtype))]
+    axes = output_axes(case.function, actual.dim())
+    return [("Likely cause", heuristic(actual, expected, case.atol, case.rtol)),
+            ("What differs", what_differs(actual, expected, case.atol, case.rtol, axes, case.ulps))]
+
+
+def output_axes(function: str, rank: int) -> list[str]:
+    """Names of the output's axes from the contract ("... seq d_model"); leading dims are "axis i"."""
+    from harness.contract import ADAPTERS
+    dims = getattr(ADAPTERS[function].signature.return_annotation, "dim_str", "...").split()
+    named = [d for d in dims if d != "..."][-rank:] if rank else []
+    return [f"axis {i}" for i in range(rank - len(named))] + named
+
+
+def _ranges(indices: list[int]) -> str:
+    runs, start = [], indices[0]
+    for a, b in zip(indices, indices[1:] + [None]):
+        if b != a + 1:
+            runs.append(f"{start}" if start == a else f"{start}-{a}")
+            start = b
+    return ", ".join(runs)
+
+
+def what_differs(actual, expected, atol: float, rtol: float, axes: list[str], ulps: int = 0) -> str | None:
+    """Where the errors are, read off the arrays: the indices along each axis that hold them,
+    and an error that grows along an axis. Only what the numbers show."""
+    from harness.compare import mismatched
+    a, e = actual.detach().double(), expected.double()
+    bad = mismatched(actual.detach(), expected, atol, rtol, ulps)
+    if not bad.any() or a.dim() == 0:
         return None
-    guess = heuristic(actual, expected, case.atol, case.rtol)
-    if guess is None:
-        floats = [t for k, t in stored.items() if k.startswith("in/") and t.is_floating_point() and t.numel()]
-        guess = overflow(actual, expected, max((t.abs().max().item() for t in floats), default=0.0), case.function)
-    return guess
+    facts = []
+    for d, name in enumerate(axes):
+        n = a.shape[d]
+        hit = bad.transpose(0, d).reshape(n, -1).any(dim=1).nonzero().flatten().tolist()
+        if n < 2 or len(hit) == n:
+            continue
+        if hit == list(range(1, n)):
+            facts.append(f"along {name}, every index but the first ({name} 0 is right)")
+        elif len(hit) > 2 and hit == list(range(hit[0], n)):
+            facts.append(f"along {name}, only indices >= {hit[0]} (of {n})")
+        else:
+            facts.append(f"along {name}, only {_ranges(hit)} (of {n})")
+    error = (a - e).abs()
+    for d, name in enumerate(axes):
+        n = a.shape[d]
+        if n < 4:
+            continue
+        per = error.transpose(0, d).reshape(n, -1).amax(dim=1)
+        if bool((per[1:] >= per[:-1]).all()) and per[-1] > 4 * max(per[0].item(), atol):
+            facts.append(f"the error grows along {name}: max |error| {per[0]:.2g} at {name} 0, "
+                         f"{per[-1]:.2g} at {name} {n - 1}")
+    if not facts:
+        return None
+    return "; ".join(facts)
 
 
 def _sentence(text: str) -> str:

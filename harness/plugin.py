@@ -437,7 +437,10 @@ def _explain(item, name, excinfo) -> str | None:
     if excinfo.errisinstance(NotImplementedError):
         entry = excinfo.traceback[-1]
         where = f"{_short(entry.path)}:{entry.lineno + 1}"
-        return f"{name or 'this function'} is not implemented yet ({where}: {excinfo.value})"
+        # The adapter that raised it, which a test of another function may call (accounting in a model test).
+        raiser = next((e.name for e in reversed(excinfo.traceback) if e.name in ADAPTERS), None) or name
+        used_by = f", which {name}'s test calls" if name and raiser != name else ""
+        return f"{raiser or 'this function'} is not implemented yet ({where}: {excinfo.value}){used_by}"
     if excinfo.errisinstance(ContractViolation):
         return str(excinfo.value) + diagnose(item.config.stash[STATE]["term"], None, error=excinfo.value)
     if excinfo.errisinstance(REPORTED):

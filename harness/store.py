@@ -39,6 +39,7 @@ class Case:
     grads: list[str] = field(default_factory=list)  # input paths ("weights/ln1.weight") with a stored gradient
     grad_atol: float = 1e-6
     grad_rtol: float = 1e-5
+    ulps: int = 0           # > 0: float16/bfloat16 outputs may differ by this many units in the last place
     views: dict = field(default_factory=dict)       # input path -> a VIEWS layout (a non-contiguous view)
     hidden: bool = False
     note: str = ""          # what this case is about, shown in failure reports

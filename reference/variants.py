@@ -39,8 +39,21 @@ class Variant:
 
         def patched(*args, **kwargs):
             with self.applied():
-                return fn(*args, **kwargs)
+                out = fn(*args, **kwargs)
+            return self._keep_applied(out) if isinstance(out, nn.Module) else out
         return patched
+
+    def _keep_applied(self, module: nn.Module) -> nn.Module:
+        """A returned module runs its forward with the patches applied too: a student's
+        F.embedding in Embedding.forward is in the model's forward, not only in the build."""
+        forward = module.forward
+
+        @functools.wraps(forward)
+        def applied_forward(*args, **kwargs):
+            with self.applied():
+                return forward(*args, **kwargs)
+        module.forward = applied_forward
+        return module
 
     @contextlib.contextmanager
     def applied(self):
@@ -123,10 +136,14 @@ def _sinusoidal(d, positions, *, layout="interleaved", exponent="pair", swap=Fal
     """Sinusoidal encodings with one knob per known way of getting them wrong (and only
     that: on the positions' device, so no variant also fails the meta-device probe)."""
     p = positions.to(torch.float64)[..., None]
-    if layout == "concatenated":  # tensor2tensor / fairseq
+    if layout in ("concatenated", "halves"):  # tensor2tensor / fairseq; or [sin | cos] with this assignment's w_i
         half = d // 2
-        inv = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float64, device=p.device) / (half - 1))
+        i = torch.arange(half, dtype=torch.float64, device=p.device)
+        inv = torch.exp(-math.log(10000.0) * (i / (half - 1) if layout == "concatenated" else 2 * i / d))
         return torch.cat([(p * inv).sin(), (p * inv).cos()], dim=-1).float()
+    if layout == "sin_only":  # d/2 sines: half the width
+        i = torch.arange(d // 2, dtype=torch.float64, device=p.device)
+        return (p * torch.exp(-math.log(10000.0) * 2 * i / d)).sin().float()
     j = torch.arange(d, dtype=torch.float64, device=p.device)
     power = j if exponent == "raw" else (j - j % 2) / 2 if exponent == "pair_index" else j - j % 2
     angles = p / torch.pow(10000.0, power / d)
@@ -243,15 +260,18 @@ def _attention(*, scale=True, invert=False, mask_after=False, dim=-1, swap_qk=Fa
 class _MHA(attention.MultiHeadSelfAttention):
     """The reference MHA with a knob per mistake in building or splitting heads."""
     causal_mask = staticmethod(lambda seq, device: torch.ones(seq, seq, dtype=torch.bool, device=device).tril())
-    transpose_heads = True
+    transpose_heads, transpose_merge = True, True
     rope_on_d_model = False
-    positions = "reference"  # or "meet_heads", "ignored", "skipped_when_none", "cpu_default"
+    positions = "reference"  # or "meet_heads", "ignored", "skipped_when_none", "cpu_default", "unhandled_none",
+    # "asserted"
 
     def forward(self, x, token_positions=None):
         seq, d = x.shape[-2], x.shape[-1]
         h = self.num_heads
         rotate = not (token_positions is None and self.positions == "skipped_when_none")
-        if token_positions is None or self.positions == "ignored":
+        if self.positions == "asserted" and self.rope is not None:
+            assert token_positions is not None, "token_positions must be given"
+        if (token_positions is None and self.positions != "unhandled_none") or self.positions == "ignored":
             # cpu_default: torch.arange without device=; indexing device tables with it is allowed
             token_positions = torch.arange(seq) if self.positions == "cpu_default" else \
                 torch.arange(seq, device=x.device)
@@ -270,6 +290,8 @@ class _MHA(attention.MultiHeadSelfAttention):
             q, k = self.rope(q, positions), self.rope(k, positions)
         mask = self.causal_mask(seq, x.device)
         out = attention.scaled_dot_product_attention(q, k, v, mask)
+        if not self.transpose_merge:  # [..., h, s, e] read as [..., s, h*e]: positions and heads mix
+            return self.output_proj(out.reshape(*out.shape[:-3], seq, d))
         return self.output_proj(rearrange(out, "... h s e -> ... s (h e)"))
 
     def __init__(self, d_model, num_heads, max_seq_len=None, theta=None, device=None, dtype=None):
@@ -312,6 +334,10 @@ register("heads_split_without_transpose", "view(B, H, T, d_k) without the transp
                "transpose(-2, -3)"),
          mistake=21,
          attention__MultiHeadSelfAttention=_set(_MHA, transpose_heads=False))
+register("heads_merged_without_transpose", "heads merged by reshape(..., seq, d_model) without the transpose",
+         hint=("heads merged by reshape(..., seq, d_model) without the transpose; transpose [..., h, seq, d_k] "
+               "back to [..., seq, h, d_k] first"),
+         attention__MultiHeadSelfAttention=_set(_MHA, transpose_merge=False))
 register("linear_hard_coded_rank", "einsum('btd,od->bto'): only 3-D inputs work",
          named_by="fixed number of dimensions",
          hint="a linear layer that assumes 3-D input; use einsum('...i,oi->...o') or x @ W.T", mistake=22,
@@ -324,7 +350,7 @@ register("attention_q_k_swapped", "scores computed as K Q^T",
 
 class _RoPE(nn.Module):
     """RoPE with a knob per known mistake; the correct settings match the reference."""
-    pairing, freq_offset, learnable, tables_in_forward, fixed_theta = "interleaved", 0, False, False, None
+    pairing, freq_offset, learnable, tables_in_forward, fixed_theta, einsum = "interleaved", 0, False, False, None, False
 
     def __init__(self, theta, d_k, max_seq_len, device=None):
         super().__init__()
@@ -350,6 +376,9 @@ class _RoPE(nn.Module):
             first, second = x[..., : self.d_k // 2], x[..., self.d_k // 2:]
             return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
         even, odd = x[..., 0::2], x[..., 1::2]
+        if self.einsum:  # elementwise products as einsum: broadcasts like `*`, fails with its own message
+            mul = functools.partial(torch.einsum, "...sd,...sd->...sd")
+            return torch.stack([mul(even, cos) - mul(odd, sin), mul(even, sin) + mul(odd, cos)], dim=-1).flatten(-2)
         return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 
 
@@ -379,7 +408,7 @@ class _RMSNorm(model.RMSNorm):
     center, axis, use_gain, upcast, fixed_eps, module_dtype, einops_3d = False, -1, True, True, None, False, False
 
     def forward(self, x):
-        wide = x.float() if self.upcast else x
+        wide = x.float() if self.upcast is True or x.dtype == self.upcast else x
         if self.center:
             wide = wide - wide.mean(dim=self.axis, keepdim=True)
         eps = self.fixed_eps if self.fixed_eps is not None else self.eps
@@ -399,6 +428,8 @@ class _SwiGLU(model.SwiGLU):
 
 
 
+_LOW_PRECISION_RMSNORM = ("RMSNorm computed in the input's float16/bfloat16: x**2 overflows float16, and "
+                          "bfloat16 keeps 8 bits; upcast to float32 first")
 register("rmsnorm_subtracts_mean", "the mean is subtracted (LayerNorm)",
          hint="RMSNorm that subtracts the mean (that is LayerNorm)", mistake=29,
          model__RMSNorm=_set(_RMSNorm, center=True))
@@ -409,8 +440,11 @@ register("rmsnorm_gain_ignored", "the gain is not applied",
          hint="RMSNorm without its gain; multiply by weights",
          mistake=31, model__RMSNorm=_set(_RMSNorm, use_gain=False))
 register("rmsnorm_no_upcast", "no float32 upcast: fp16 squares overflow",
-         hint="RMSNorm computed in float16: x**2 overflows; upcast to float32 first", mistake=32,
+         hint=_LOW_PRECISION_RMSNORM, mistake=32,
          model__RMSNorm=_set(_RMSNorm, upcast=False))
+register("rmsnorm_bf16_not_upcast", "RMSNorm upcasts float16 but computes bfloat16 in bfloat16",
+         hint=_LOW_PRECISION_RMSNORM,
+         model__RMSNorm=_set(_RMSNorm, upcast=torch.float16))
 register("rmsnorm_eps_ignored", "eps hard-coded to 1e-6",
          hint="RMSNorm with a hard-coded eps instead of the eps argument",
          mistake=33, model__RMSNorm=_set(_RMSNorm, fixed_eps=1e-6))
@@ -429,6 +463,8 @@ class _BufferTable(nn.Module):
 register("silu_as_sigmoid", "SiLU returns sigmoid(x), without the factor x",
          hint="sigmoid(x) alone; SiLU is x * sigmoid(x)",
          attention__silu=torch.sigmoid)
+register("silu_sigmoid_detached", "SiLU as x * sigmoid(x).detach(): right values, wrong gradient",
+         named_by="the output is right, only the gradient", attention__silu=lambda x: x * torch.sigmoid(x).detach())
 register("embedding_table_as_buffer", "the embedding table is a buffer, so it has no parameters and never trains",
          hint="an embedding table kept as a buffer; it is the module's one nn.Parameter",
          named_by="exactly 32,000 parameters", embeddings__Embedding=_BufferTable)
@@ -552,7 +588,14 @@ def _softmax_global_max(x, dim):
     return e / e.sum(dim=dim, keepdim=True)
 
 
-register("softmax_global_max", "softmax subtracts the global max, not each slice's",
+def _softmax_mean(x, dim):
+    e = (x - x.mean(dim=dim, keepdim=True)).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+register("softmax_subtracts_mean", "softmax subtracts each slice's mean instead of its max",
+         named_by="not the mean", attention__softmax=_softmax_mean)
+register("softmax_global_max", "softmax subtracts the global max, not each slice's", named_by="not the global max",
          hint=("softmax with the global max: slices far below it underflow to 0/0 (NaN). Subtract each slice's own "
                "max, x.amax(dim, keepdim=True)"),
          attention__softmax=_softmax_global_max)
@@ -600,6 +643,14 @@ register("rope_positions_meet_heads", "[B, T] token_positions broadcast against 
                "the heads axis: token_positions.unsqueeze(-2)"),
          named_by="against [batch, heads, seq, d_k]",
          attention__MultiHeadSelfAttention=_set(_MHA, positions="meet_heads"))
+register("mha_rope_none_positions_crash", "attention with RoPE uses token_positions without handling None",
+         named_by="None means 0 .. seq-1", attention__MultiHeadSelfAttention=_set(_MHA, positions="unhandled_none"))
+register("mha_rope_asserts_positions", "attention with RoPE asserts that token_positions is given",
+         named_by="None means 0 .. seq-1", attention__MultiHeadSelfAttention=_set(_MHA, positions="asserted"))
+register("rope_einsum_positions_meet_heads", "einsum RoPE with [B, T] positions against [B, H, T, d_k]",
+         named_by="against [batch, heads, seq, d_k]",
+         attention__MultiHeadSelfAttention=_set(_MHA, positions="meet_heads"),
+         rope__RotaryPositionalEmbedding=_set(_RoPE, einsum=True))
 register("mha_rope_ignores_positions", "attention with RoPE uses arange(seq), not token_positions",
          hint="attention with RoPE that ignores token_positions and rotates by arange(seq)",
          attention__MultiHeadSelfAttention=_set(_MHA, positions="ignored"))
@@ -623,6 +674,20 @@ register("rope_theta_ignored", "RoPE always uses theta=10000, whatever theta is 
 register("learned_positions_arange", "learned positions indexed with arange(seq), not token_positions",
          hint="learned positions indexed with arange(seq) instead of the given token_positions",
          embeddings__learned_positions=_learned_at_arange)
+def _sinusoidal_at_arange(d, positions):
+    seq = torch.arange(positions.shape[-1], device=positions.device).expand(positions.shape)
+    return _sinusoidal(d, seq)
+
+
+register("sinusoidal_ignores_positions", "sinusoidal positions computed at arange(seq), not token_positions",
+         hint="sinusoidal encodings of arange(seq) instead of the given token_positions",
+         embeddings__sinusoidal_positions=_sinusoidal_at_arange)
+register("sinusoidal_halves_same_frequencies", "[sin | cos] halves with this assignment's frequencies",
+         hint=("the [sin | cos] halves layout (all sines, then all cosines) with this assignment's frequencies; "
+               "interleave them: sin on even dimensions, cos on odd ones"),
+         embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, layout="halves"))
+register("sinusoidal_sin_only", "sinusoidal table of d_model/2 sines: half the width", named_by="d_model=16]",
+         embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, layout="sin_only"))
 register("sinusoidal_exponent_pair_index", "sinusoidal exponent i/d_model over the pair index",
          hint="an exponent over the pair index, 10000^(i/d_model); pair i uses 10000^(2i/d_model)",
          embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, exponent="pair_index"))
@@ -631,6 +696,14 @@ register("attention_scale_sqrt_dv", "scores scaled by 1/sqrt(d_v) instead of 1/s
          attention__scaled_dot_product_attention=_attention(scale_by="d_v"))
 register("rmsnorm_returns_module_dtype", "RMSNorm returns the weights' dtype, not the input's",
          named_by="return the input's dtype", model__RMSNorm=_set(_RMSNorm, module_dtype=True))
+class _UninitialisedLinear(attention.Linear):
+    def __init__(self, in_features, out_features, device=None, dtype=None):
+        nn.Module.__init__(self)
+        self.weight = nn.Parameter(torch.empty(out_features, in_features, device=device, dtype=dtype))
+
+
+register("linear_left_uninitialised", "Linear weights left as torch.empty, never initialised",
+         named_by="they are not initialised", attention__Linear=_UninitialisedLinear)
 register("linear_without_transpose", "Linear computes x @ W without the transpose",
          hint="a linear layer computing x @ W without the transpose; W is [d_out, d_in], so y = x @ W.T",
          named_by="without its transpose", attention__Linear=_set(_Linear, transpose=False))
@@ -961,6 +1034,16 @@ class _FusedQKV(attention.MultiHeadSelfAttention):
         causal = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
         return self.output_proj(out.transpose(-2, -3).reshape(*lead, seq, d))
+
+
+class _TorchEmbedding(nn.Embedding):
+    def __init__(self, vocab_size, d_model, device=None, dtype=None):
+        super().__init__(vocab_size, d_model, device=device, dtype=dtype)
+        nn.init.trunc_normal_(self.weight, std=1.0, a=-3.0, b=3.0)  # F.embedding raises on ids outside [0, V)
+
+
+register("nn_embedding_model", "a model built on nn.Embedding and nn.Linear(bias=False) modules", correct=True,
+         embeddings__Embedding=_TorchEmbedding, attention__Linear=_TorchLinear)
 
 
 register("nn_linear_modules", "nn.Linear(bias=False) modules, fused QKV and torch SDPA in attention", correct=True,

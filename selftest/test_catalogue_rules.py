@@ -1,14 +1,18 @@
-"""Rules every case in the catalogue keeps, so transposes and broadcasts cannot hide.
+"""Rules every case in the catalogue keeps, so transposes, broadcasts and ignored values cannot hide.
 
 The rules live in harness/case_rules.py, where `term new` and `contract --check` run them
-too; here each case is checked on its own, and the rule is proved able to fail."""
+too: distinct axes get distinct sizes unless a case declares the equality it is about; every
+scalar or optional argument of the contract varies across public cases; every function that
+exponentiates its inputs sees a large spread inside one slice. (Reduced precision judged within
+1 ulp of the float32 result rounded once is the build's: harness/build.py sets it on every
+float16/bfloat16 output.) Here each rule is checked, and proved able to fail."""
 
 import dataclasses
 
 import pytest
 
-from harness.case_rules import clashes, problems
-from harness.catalogue import CATALOGUE, case, normal
+from harness.case_rules import clashes, exponential_ranges, narrow_spread, problems, public, unvaried
+from harness.catalogue import CATALOGUE, case, given, normal
 
 OUTPUT_CASES = [s for s in CATALOGUE if s.check == "output"]
 
@@ -65,3 +69,48 @@ def test_an_unknown_unit_key_is_refused_with_the_valid_ones():
     with pytest.raises(ValueError, match=r"unknown unit '2\.6'; the units are '2\.1', '2\.2'"):
         adapter("2.6", "attention", "return None", points=1)
     assert all(a.unit != "2.6" for a in ADAPTERS.values())
+# ---------------------------------------------------------------- every value varies where code could ignore it
+
+WITH_CASES = sorted({s.function for s in CATALOGUE})
+
+
+@pytest.mark.parametrize("function", WITH_CASES)
+def test_every_scalar_and_optional_argument_varies_in_public_cases(function):
+    """Code that ignores an argument (a hard-coded theta, eps or size; None never handled) passes
+    every case that holds it fixed: some public case must move it."""
+    assert not unvaried(function, CATALOGUE), f"{function}: {'; '.join(unvaried(function, CATALOGUE))}"
+
+
+def test_the_variation_rule_can_fail():
+    fixed = [case("run_rope", "a", d_k=8, theta=10000.0, max_seq_len=8, in_query_or_key=normal(2, 8),
+                  token_positions=given([0, 1])),
+             case("run_rope", "b", d_k=4, theta=10000.0, max_seq_len=9, in_query_or_key=normal(2, 4),
+                  token_positions=given([0, 1]))]
+    assert unvaried("run_rope", fixed) == ["theta: every public case uses [10000.0]"]
+
+
+# ---------------------------------------------------------------- exponentials see a large spread
+
+EXPONENTIATING = [f for f in WITH_CASES if any(exponential_ranges(s) for s in public(f, CATALOGUE))]
+
+
+def test_exponentiating_functions_are_found_from_the_reference():
+    assert {"run_softmax", "run_silu", "run_scaled_dot_product_attention", "run_transformer_lm"} <= \
+        set(EXPONENTIATING), EXPONENTIATING
+    assert "run_sinusoidal_positions" not in EXPONENTIATING  # its exp sees no input: frequencies only
+
+
+@pytest.mark.parametrize("function", EXPONENTIATING)
+def test_exponentiating_functions_have_a_large_spread_inside_one_slice(function):
+    """A softmax that subtracts the mean, or a sigmoid written as 1 / (1 + exp(-x)), is exact on
+    small spreads: some public case must spread one slice by SPREAD, not only offset it."""
+    assert narrow_spread(function, CATALOGUE) is None, f"{function}: {narrow_spread(function, CATALOGUE)}"
+    offset_only = [s for s in public("run_softmax", CATALOGUE) if s.name == "offset-100"]
+    assert "spans" in narrow_spread("run_softmax", offset_only)  # a large offset is not a spread
+
+
+def test_term_new_refuses_a_catalogue_that_breaks_the_rules(monkeypatch, tmp_path):
+    import harness.build
+    monkeypatch.setattr(harness.build, "CATALOGUE", [s for s in CATALOGUE if s.name != "spread-300"])
+    with pytest.raises(ValueError, match="run_softmax: the widest"):
+        harness.build.build_term(tmp_path, "broken", seed=1)

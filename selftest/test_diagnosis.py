@@ -92,3 +92,22 @@ def test_the_embedding_is_found_by_its_role_not_its_name_or_shape():
     with torch.no_grad():
         found = tables_indexed(model, torch.zeros(1, 4, dtype=torch.long))
     assert found == {"token_embeddings.weight"}  # lm_head.weight has the same [V, d] shape
+
+
+@pytest.mark.parametrize("style", ["nn.Embedding", "F.embedding", "indexing"])
+def test_the_table_is_found_in_every_lookup_style(style):
+    """aten.embedding takes the table first (weight, indices), as indexing does (self, indices)."""
+    class Lookup(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ids_like = nn.Parameter(torch.zeros(3, 3))  # a parameter that is not looked up in
+            self.table = nn.Embedding(10, 3) if style == "nn.Embedding" else nn.Parameter(torch.randn(10, 3))
+
+        def forward(self, ids):
+            if style == "nn.Embedding":
+                return self.table(ids) + self.ids_like.sum()
+            return (F.embedding(ids, self.table) if style == "F.embedding" else self.table[ids]) + self.ids_like.sum()
+    from harness.probes import tables_indexed
+    with torch.no_grad():
+        found = tables_indexed(Lookup(), torch.tensor([[1, 2]]))
+    assert found == {"table.weight" if style == "nn.Embedding" else "table"}

@@ -31,7 +31,7 @@ from harness.grading.grade import grade_all
 from harness.grading.sandbox import Protections
 from harness.store import Term
 from submissions import (ACCOUNTING_PIECES, ATTACKS, CANARY, EDITED, EDITED_PIECES, EXITS, FULL, KEYRING_SECRET,
-                         LOOKUPS, MASK_ON_CPU, OWNER, PROBE_MISTAKES, RESOURCE_ATTACKS, TWO_BUGS, bad_archives,
+                         LOOKUPS, OWNER, PROBE_MISTAKES, RESOURCE_ATTACKS, TWO_BUGS, bad_archives,
                          copy_stubs, hangs_and_exits, looks_up, points_per_function, survivors, with_attack,
                          with_edits)
 
@@ -58,7 +58,6 @@ def graded(tmp_path_factory):
     copy_stubs(subs / "stubs")
     for name, (target, old, new) in EDITED.items():
         edit(reference_as_student(subs / name) / "student" / target, old, new)
-    edit(subs / "no_scale" / "student" / MASK_ON_CPU[0], *MASK_ON_CPU[1:])
     for name, (start, attack) in ATTACKS.items():
         with_attack(subs / name, start, attack, constants)
     with_edits(subs / "two_bugs", TWO_BUGS)
@@ -187,7 +186,7 @@ def test_known_mistakes_get_partial_credit_on_the_right_functions(graded, reache
 
 def test_probes_run_in_the_worker_and_still_catch_a_cpu_mask(graded):
     """The meta-device probe runs where the code is; a mask made without device= fails it."""
-    tests = _results_json(graded, "no_scale")["tests"]
+    tests = _results_json(graded, "probe_mistakes")["tests"]  # right on the CPU, so judged on devices
     device = {t["name"]: t for t in tests if "runs_on_meta_device" in t["name"]}
     failed = {n for n, t in device.items() if t["status"] == "failed"}
     assert "run_multihead_self_attention: test_function_runs_on_meta_device[run_multihead_self_attention]" in failed

@@ -92,7 +92,7 @@ def test_adapters_outside_the_repository(tmp_path, form):
     option = ["--adapters", str(outside)] if form == "space" else [f"--adapters={outside}"]
     code, out = pytest_in(PROJECT, *option, "--function", "run_silu")
     assert code == 0 and "selftest" not in out and f"rootdir: {PROJECT}" in out, out
-    assert "run_silu                               passed             5/5" in out, out
+    assert "run_silu                               passed             7/7" in out, out
 
 
 # 5, 6 ----------------------------------------------------------------- folders

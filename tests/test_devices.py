@@ -3,8 +3,9 @@
 Only a device mix fails. Data-dependent reads that meta tensors cannot answer (an id
 range check, .item()) are correct code and are not penalised.
 
-A function is probed with the arguments of its first public fixture case, every tensor
-moved to `meta`, so a new function is probed as soon as the term has a case for it.
+A function is probed with the arguments of its first public fixture case that it passes
+on the CPU, every tensor moved to `meta` (one that passes none is not judged, and fails),
+so a new function is probed as soon as the term has a case for it.
 Module builders (get_*) have no fixture cases: they are built with the sizes below.
 """
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+from harness.checks import CHECKS
 from harness.contract import ADAPTERS
 from harness.probes import run_on_meta
 
@@ -26,6 +28,19 @@ MODULE_CALLS = {  # builder, and the shape of the ids its forward takes
 }
 
 
+def _cpu_failure(adapters, term, case) -> str | None:
+    """Why the function fails this case on the CPU (the first line of its report), or None."""
+    try:
+        CHECKS["output"](adapters, term, case)
+    except (NotImplementedError, TimeoutError):
+        raise  # unwritten or hanging code is reported as such, not as "not judged"
+    except Exception as e:  # noqa: BLE001 - any failure here is the fixture tests' to report
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        said = next((line for line in lines if line.startswith(("output:", "output is"))), (lines or [""])[0])
+        return f"{type(e).__name__}: {said}"
+    return None
+
+
 def on_meta(tree):
     return tree_map(lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t, tree)
 
@@ -37,11 +52,19 @@ def left_on_another_device(out) -> list[str]:
 @pytest.mark.reports_only  # the device watcher runs in the code's own process
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.adapter(n)) for n in FUNCTIONS])
 def test_function_runs_on_meta_device(adapters, term, name):
-    case = next((c for c in term.cases if c.function == name and not c.hidden and c.check == "output"), None)
-    if case is None:  # a term built before the function existed; the selftest requires cases in new terms
+    cases = [c for c in term.cases if c.function == name and not c.hidden and c.check == "output"]
+    if not cases:  # a term built before the function existed; the selftest requires cases in new terms
         pytest.skip(f"term {term.name} has no public case of {name} to probe it with")
+    failures = []
+    for case in cases:  # only code that works on the CPU is judged on devices: a CPU bug is charged once
+        if (failure := _cpu_failure(adapters, term, case)) is None:
+            break
+        failures.append(failure)
+    else:
+        raise AssertionError(f"not judged: {name} passes none of its {len(cases)} public cases on the CPU (case "
+                             f"{cases[0].name!r}: {failures[0][:300]}). Fix the CPU failures first; this test "
+                             "then checks devices only")
     kwargs = term.inputs(case)
-    getattr(adapters, name)(**kwargs)  # on the CPU first: only code that works is judged on devices
     out = run_on_meta(getattr(adapters, name), **on_meta(kwargs))
     assert not left_on_another_device(out), f"{name} returned tensors on {left_on_another_device(out)}, " \
                                             "not the inputs' device"

@@ -55,26 +55,36 @@ def test_sinusoidal_extends_far_beyond_training_length(adapters):
     assert pe.abs().max() <= 1.0 + 1e-6, f"sin/cos values must lie in [-1, 1]; max |PE| = {pe.abs().max():.4g}"
 
 
+def _pair_residual(now, later, dims) -> tuple[float, torch.Tensor]:
+    """How far dims (a, b) at p+k are from one fixed linear map of the same dims at p, and the map."""
+    a, b = now[:, list(dims)], later[:, list(dims)]
+    rotation = torch.linalg.lstsq(a, b).solution  # b ≈ a @ rotation, the same for every p
+    return (a @ rotation - b).abs().max().item(), rotation
+
+
 @adapter("run_sinusoidal_positions")
 @pytest.mark.parametrize("k", [1, 5])
 def test_sinusoidal_offset_is_a_rotation_of_each_pair(adapters, k):
     """PE[p+k] = R_k PE[p] with one fixed 2x2 rotation per (2i, 2i+1) pair, for every p."""
     d = 16
     p = torch.arange(0, 40)
-    now = adapters.run_sinusoidal_positions(d, p).double().view(-1, d // 2, 2)
-    later = adapters.run_sinusoidal_positions(d, p + k).double().view(-1, d // 2, 2)
+    now = adapters.run_sinusoidal_positions(d, p).double()
+    later = adapters.run_sinusoidal_positions(d, p + k).double()
     for i in range(d // 2):
-        a, b = now[:, i, :], later[:, i, :]
-        rotation = torch.linalg.lstsq(a, b).solution  # b ≈ a @ rotation, the same for every p
-        residual = (a @ rotation - b).abs().max().item()
-        assert residual < 1e-4, (
-            f"dims ({2 * i}, {2 * i + 1}) at position p+{k} are not a fixed linear map of the same dims at p "
-            f"(residual {residual:.2g}). Each pair must hold sin and cos of one frequency: "
-            "PE[p, 2i] = sin(p w_i), PE[p, 2i+1] = cos(p w_i), interleaved, not [sin | cos].")
+        residual, rotation = _pair_residual(now, later, (2 * i, 2 * i + 1))
+        if residual >= 1e-4:
+            # Name the [sin | cos] layout only where its own pairs (i, i + d/2) are the rotations.
+            halves = all(_pair_residual(now, later, (j, j + d // 2))[0] < 1e-4 for j in range(d // 2))
+            layout = (" Here dims i and i + d/2 rotate together: that is the [sin | cos] halves layout; "
+                      "interleave sin and cos instead." if halves else
+                      " Both dims of pair i use the same frequency w_i = 10000^(-2i/d_model).")
+            raise AssertionError(
+                f"dims ({2 * i}, {2 * i + 1}) at position p+{k} are not a fixed linear map of the same dims at p "
+                f"(residual {residual:.2g}). Each pair must hold sin and cos of one frequency: "
+                f"PE[p, 2i] = sin(p w_i), PE[p, 2i+1] = cos(p w_i).{layout}")
         should_be_identity = rotation.T @ rotation
         assert torch.allclose(should_be_identity, torch.eye(2, dtype=torch.double), atol=1e-3), (
             f"dims ({2 * i}, {2 * i + 1}): the map from p to p+{k} is not a rotation")
-
 
 
 @adapter("run_embed_with_positions")

@@ -85,23 +85,49 @@ def test_forward_matches_the_lm_fixture(adapters, term, builder, function):
         f"forward(in_indices) with the fixture weights loaded differs from {function}'s expected logits")
 
 
+def build_initialised(adapters, init_scheme="cs336"):
+    """build(), failing first on weights that are not initialised: non-finite, or different
+    between two builds from the same seed (torch.empty memory left as it was)."""
+    model = build(adapters, init_scheme)
+    # A model in a grading worker draws from the worker's generator, which manual_seed here does
+    # not reach: there, only non-finite or all-zero weights are evidence.
+    twin = {} if getattr(model, "remote_probe", None) else dict(build(adapters, init_scheme).named_parameters())
+    nonfinite = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
+    unseeded = [n for n, p in model.named_parameters() if torch.isfinite(p).all()
+                and ((n in twin and not torch.equal(p, twin[n])) or (p.dim() == 2 and not p.any()))]
+    if nonfinite or unseeded:
+        names = ", ".join((nonfinite + unseeded)[:4])
+        what = "hold NaN/inf" if nonfinite else \
+            "are all zero, or differ between two builds after the same torch.manual_seed,"
+        raise AssertionError(f"weights {names} {what} right after get_transformer_lm: they are not initialised "
+                             "(torch.empty leaves whatever was in memory). Initialise every weight: "
+                             "nn.init.trunc_normal_ for matrices, ones for RMSNorm gains.")
+    return model
+
+
 @adapter("get_transformer_lm")
 def test_eval_forward_is_deterministic(adapters):
-    model = build(adapters).eval()
+    model = build_initialised(adapters).eval()
     ids = torch.randint(0, CONFIG["vocab_size"], (2, 8), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         first, second = model(ids), model(ids)
-    assert torch.equal(first, second), "two eval-mode forwards differ: is dropout or other randomness active?"
+    assert torch.isfinite(first).all() and torch.isfinite(second).all(), (
+        "an eval-mode forward of freshly initialised weights holds NaN/inf, so determinism cannot be judged")
+    assert torch.equal(first, second), (
+        f"two eval-mode forwards differ (by up to {(first - second).abs().max().item():.3g}) on finite outputs: "
+        "something random runs in eval mode (dropout that ignores self.training, or random numbers drawn in forward)")
 
 
 @adapter("get_transformer_lm")
 def test_logits_are_causal(adapters):
-    model = build(adapters).eval()
+    model = build_initialised(adapters).eval()
     ids = torch.randint(0, CONFIG["vocab_size"], (1, 8), generator=torch.Generator().manual_seed(2))
     changed = ids.clone()
     changed[0, 5:] = (changed[0, 5:] + 1) % CONFIG["vocab_size"]
     with torch.no_grad():
         a, b = model(ids), model(changed)
+    assert torch.isfinite(a).all() and torch.isfinite(b).all(), \
+        "the logits hold NaN/inf on freshly initialised weights, so causality cannot be judged"
     assert torch.allclose(a[:, :5], b[:, :5], atol=1e-5), "logits at t changed when tokens after t changed"
 
 
@@ -123,7 +149,7 @@ TRUNCATED_STD = 0.9866
 @adapter("get_transformer_lm")
 @pytest.mark.parametrize("scheme", ["cs336", "gpt2"])
 def test_initialisation_statistics(adapters, scheme):
-    model = build(adapters, scheme)
+    model = build_initialised(adapters, scheme)
     # Judge each matrix by its role, not its name: the embedding is the table the forward indexes.
     ids = torch.randint(0, CONFIG["vocab_size"], (1, 4), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
