@@ -74,17 +74,21 @@ def clashes(spec) -> list[str]:
 def problems(catalogue) -> list[str]:
     """Every broken rule of the catalogue, one line each (empty when all hold)."""
     functions = sorted({s.function for s in catalogue})
-    out = [f"{f}: {p}" for f in functions for p in unvaried(f, catalogue)]
-    out += [f"{f}: {p}" for f in functions if (p := narrow_spread(f, catalogue))]
-    for spec in catalogue:
-        if spec.check != "output":
-            continue
-        where = f"{spec.function}/{spec.name}"
-        if clashes(spec):
-            out.append(f"{where}: distinct axes share a size ({', '.join(clashes(spec))}); give them different "
-                       "sizes, or declare the equality the case is about: case(..., equal=(\"a=b\",))")
-        for a, b in sorted(_declared(spec) - set(_pairs(spec))):
-            out.append(f"{where}: declares {a}={b}, but its {a} and {b} do not share a size")
+    out = [p for spec in catalogue for p in axis_problems(spec)]
+    out += [f"{f}: {p}" for f in functions for p in unvaried(f, catalogue)]
+    return out + [f"{f}: {p}" for f in functions if (p := narrow_spread(f, catalogue))]
+
+
+def axis_problems(spec) -> list[str]:
+    """The distinct-axis rule on one case."""
+    if spec.check != "output":
+        return []
+    where, out = f"{spec.function}/{spec.name}", []
+    if clashes(spec):
+        out.append(f"{where}: distinct axes share a size ({', '.join(clashes(spec))}); give them different "
+                   "sizes, or declare the equality the case is about: case(..., equal=(\"a=b\",))")
+    for a, b in sorted(_declared(spec) - set(_pairs(spec))):
+        out.append(f"{where}: declares {a}={b}, but its {a} and {b} do not share a size")
     return out
 
 

@@ -103,8 +103,10 @@ def bias(d) -> Gen:
     return normal(d, scale=0.3)
 
 
-# Near one-hot attention makes float32 gradients drift by about 1e-5 from the float64 answer.
+# Near one-hot attention makes float32 gradients drift by about 1e-5 from the float64 answer;
+# behind a LayerNorm (whose gain scales the large queries and keys) by up to 3e-4.
 SHARP = (1e-4, 1e-4)
+SHARP_LAYERNORM = (1e-3, 1e-3)
 
 
 def sharp(weights: dict[str, Gen], prefix: str = "") -> dict[str, Gen]:
@@ -567,7 +569,7 @@ GPT2 = [
          tolerance=(1e-4, 1e-4), vocab_size=40, context_length=12, d_model=24, num_layers=2, num_heads=4, d_ff=36,
          weights=gpt2_lm_weights(40, 12, 24, 2, 36), in_indices=ints(2, 12, high=40)),
     case("run_gpt2_lm", "truncated", "one layer, ids [2, 5]: fewer tokens than context_length=10; large Wq, Wk",
-         tolerance=SHARP, vocab_size=30, context_length=10, d_model=12, num_layers=1, num_heads=3, d_ff=20,
+         tolerance=SHARP_LAYERNORM, vocab_size=30, context_length=10, d_model=12, num_layers=1, num_heads=3, d_ff=20,
          weights=sharp(gpt2_lm_weights(30, 10, 12, 1, 20), "layers.0.attn."), in_indices=ints(2, 5, high=30)),
     case("run_gpt2_lm", "hidden-lm", "", hidden=True, tolerance=(1e-4, 1e-4),
          vocab_size=25, context_length=9, d_model=8, num_layers=1, num_heads=2, d_ff=12,
