@@ -263,6 +263,8 @@ def pytest_collection_modifyitems(config, items):
             item.stash[ADAPTER] = name
     if progress is not None and state.get("filters") is not None:
         progress.totals = dict(Counter(item.stash[ADAPTER] for item in items if ADAPTER in item.stash))
+        progress.unscored = dict(Counter(item.stash[ADAPTER] for item in items
+                                         if ADAPTER in item.stash and not carries_points(item)))
         progress.scored = dict(Counter(item.stash[ADAPTER] for item in items
                                        if ADAPTER in item.stash and carries_points(item)))
     keep = [item for item in items if _selected(item, state)]

@@ -26,6 +26,7 @@ class Progress:
         # Tests per function in the whole student suite; empty when the run collected
         # something else, and then no unit is ever declared done.
         self.totals: dict[str, int] = {}
+        self.unscored: dict[str, int] = {}  # ... of them, those that carry no points (report-only)
         self.complete = complete
 
     def pytest_runtest_logreport(self, report):
@@ -38,10 +39,12 @@ class Progress:
         workeroutput = getattr(session.config, "workeroutput", None)
         if workeroutput is not None:  # an xdist worker: the controller renders the table
             workeroutput["harness_totals"] = self.totals
+            workeroutput["harness_unscored"] = self.unscored
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error):
         self.totals = getattr(node, "workeroutput", {}).get("harness_totals") or self.totals
+        self.unscored = getattr(node, "workeroutput", {}).get("harness_unscored") or self.unscored
 
     def record(self, adapter: str, outcome: str, not_implemented: bool, test_id: str = "", check: str = "",
                carries_points: bool = True) -> None:
@@ -59,10 +62,12 @@ class Progress:
         """The grader's rule (harness/scoring.py) on the tests that ran here, their twins assumed to
         pass; tests that did not run, and hidden cases (ids under "hidden/"), earn nothing."""
         ran = self.outcomes.get(adapter, [])
-        missing = [f"not-run/{i}" for i in range(self.unrun(adapter) or 0)]
-        missing += [f"hidden/{i}" for i in range(self.hidden_tests(adapter))]
+        unscored = max(0, self.unscored.get(adapter, 0) - sum(not r.carries_points for r in ran))
+        missing = [Result(f"not-run/{i}", adapter, "not run", carries_points=i >= unscored)
+                   for i in range(self.unrun(adapter) or 0)]
+        missing += [Result(f"hidden/{i}", adapter, "not run") for i in range(self.hidden_tests(adapter))]
         proof = self.outcomes.get(ADAPTERS[adapter].values_of, [])  # a module builder's forward
-        out = scores(ran + [Result(i, adapter, "not run") for i in missing] + proof, twins_unseen=True)
+        out = scores(ran + missing + proof, twins_unseen=True)
         return {test_id: score for test_id, score in out.items() if test_id not in {r.id for r in proof}}
 
     def points(self, adapter: str) -> float:

@@ -303,6 +303,15 @@ def _table_points(out: str) -> dict[str, float]:
     return {m[1]: float(m[2]) for m in re.finditer(r"^  (\w+) +.*? tests +(\d+\.\d)/[\d.]+ points", out, re.M)}
 
 
+def test_the_hidden_share_is_the_same_on_a_partial_run():
+    """Report-only tests hold no points whether they ran or not (a partial run once said 12.5
+    where the whole suite said 13.9)."""
+    share = r"^Hidden cases .* are worth the other (\d+\.\d) points"
+    whole = re.search(share, run_suite().output, re.M)
+    part = re.search(share, run_suite("--function", "run_embedding").output, re.M)
+    assert whole and part and whole[1] == part[1], (whole, part)
+
+
 def test_code_that_raises_everywhere_earns_nothing_in_the_table(tmp_path):
     module = tmp_path / "raising_adapters.py"
     module.write_text(RAISES_EVERYWHERE)
