@@ -88,8 +88,11 @@ def heuristic(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: f
         return "your output is the transpose of the expected one (its last two axes are swapped)"
     scale = (a * e).sum() / (e * e).sum().clamp_min(1e-30)
     if abs(scale.item() - 1) > 1e-3 and close(a, scale * e):
-        return (f"every value is {scale.item():.4g} x the expected one: a missing or extra constant factor "
-                "(a scale such as 1/sqrt(d_k), or a factor of 2)")
+        factor = scale.item() if scale.item() > 1 else 1 / scale.item()
+        known = ("a factor of 2" if abs(factor - 2) < 1e-3 else  # name a cause only when the number is its own
+                 f"a scale of sqrt({round(factor ** 2)})" if abs(factor ** 2 - round(factor ** 2)) < 1e-3 else "")
+        return (f"every value is {scale.item():.4g} x the expected one: a missing or extra constant factor"
+                + (f" ({known})" if known else ""))
     if a.dim() >= 2 and a.shape[-2] > 2:
         if close(a[..., 1:, :], e[..., :-1, :]) or close(a[..., :-1, :], e[..., 1:, :]):
             return "your output matches the expected one shifted by one position along the sequence axis"

