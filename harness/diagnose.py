@@ -346,7 +346,7 @@ def what_differs(actual, expected, atol: float, rtol: float, axes: list[str], ul
         if n < 2 or len(hit) == n:
             continue
         if hit == list(range(1, n)):
-            facts.append(f"along {name}, every index but the first ({name} 0 is right)")
+            facts.append(f"along {name}, every index but the first (index 0 is right)")
         elif len(hit) > 2 and hit == list(range(hit[0], n)):
             facts.append(f"along {name}, only indices >= {hit[0]} (of {n})")
         else:

@@ -70,7 +70,7 @@ def test_what_differs_locates_errors_along_each_axis():
     assert what_differs(later, e, 1e-5, 1e-4, axes) == "along seq, only indices >= 3 (of 6)"
     first = e.clone()
     first[:, 1:] -= 0.5
-    assert what_differs(first, e, 1e-5, 1e-4, axes) == "along seq, every index but the first (seq 0 is right)"
+    assert what_differs(first, e, 1e-5, 1e-4, axes) == "along seq, every index but the first (index 0 is right)"
     growing = e + 1e-3 * torch.arange(6.0)[:, None] ** 2
     assert "the error grows along seq" in what_differs(growing, e, 1e-5, 1e-4, axes)
     everywhere = e + 1.0
