@@ -86,7 +86,6 @@ class Adapter:
     points: float     # split evenly over the function's tests (public and hidden) for partial credit
     tolerance: tuple | Callable = DEFAULT_TOLERANCE
     stub: str = ""    # the student-side definition the glue calls, without a body ("" if another adapter's)
-    values_of: str = ""  # a module builder: the function whose values its forward gives (grading's proof)
 
     @property
     def signature(self) -> inspect.Signature:
@@ -102,19 +101,16 @@ class Adapter:
 ADAPTERS: dict[str, Adapter] = {}
 
 
-def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAULT_TOLERANCE, stub: str = "",
-            values_of: str = ""):
+def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAULT_TOLERANCE, stub: str = ""):
     """Declare one adapter: its unit, the student/ module and `glue` body the rendered
-    adapters use, its points, its output tolerance and its student stub. A module builder
-    names `values_of`, the function whose values its forward gives: in grading, its tests
-    earn points once that function passes a case on fresh values."""
+    adapters use, its points, its output tolerance and its student stub."""
     if unit not in {u.key for u in UNITS}:  # else the function silently vanishes from the progress table
         raise ValueError(f"unknown unit {unit!r}; the units are {', '.join(repr(u.key) for u in UNITS)} "
                          "(add a Unit to UNITS in harness/contract.py for a new one)")
 
     def register(spec):
         ADAPTERS[spec.__name__] = Adapter(spec.__name__, unit, spec, textwrap.dedent(glue).strip(), module,
-                                          points, tolerance, textwrap.dedent(stub).strip(), values_of)
+                                          points, tolerance, textwrap.dedent(stub).strip())
         return spec
     return register
 
@@ -272,7 +268,7 @@ def run_embed_with_positions(
 
 
 @adapter("2.1", "embeddings", "return impl.embeddings.Embedding(vocab_size, d_model)",
-         points=1, values_of="run_embedding", stub='''
+         points=1, stub='''
     class Embedding(nn.Module):
         """One parameter, `weight` [vocab_size, d_model]: the table."""
 
@@ -289,7 +285,7 @@ def get_embedding(vocab_size: int, d_model: int) -> torch.nn.Module:
 
 
 @adapter("2.1", "embeddings", "return impl.embeddings.SinusoidalPositions(max_len, d_model)",
-         points=1, values_of="run_sinusoidal_positions", stub='''
+         points=1, stub='''
     class SinusoidalPositions(nn.Module):
         def __init__(self, max_len: int, d_model: int):
 ''')
@@ -872,7 +868,7 @@ def run_gpt2_lm(
 
 @adapter("gpt2", "gpt2", """
     return impl.gpt2.GPT2LM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff)
-""", points=3, values_of="run_gpt2_lm")
+""", points=3)
 def get_gpt2_lm(
     vocab_size: int,
     context_length: int,
@@ -1005,7 +1001,7 @@ def run_gpt2_accounting(
 @adapter("init", "model", """
     return impl.model.TransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta,
                                     init_scheme=init_scheme)
-""", points=4, values_of="run_transformer_lm")
+""", points=4)
 def get_transformer_lm(
     vocab_size: int,
     context_length: int,

@@ -68,6 +68,8 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "adapter(name): the contract function a test checks")
+    config.addinivalue_line("markers", "forward_values: a returned module's forward against a function's fixtures, "
+                                       "their hidden twins too when hidden cases are loaded: an output check")
     config.addinivalue_line("markers", "reports_only: the verdict rests on what the code reports about itself "
                                        "(a probe in its own process, its own parameter listing): no points")
     settings = _settings(config)
@@ -284,6 +286,12 @@ def fixture_check(item) -> tuple:
     return callspec and callspec.params.get("fixture_check") or (None, "")
 
 
+def check_of(item) -> str:
+    """The check a test makes, as scoring counts it: a fixture test's ("output", "gradient",
+    "raises"); "output" for a module's forward against fixtures; "" for a property or probe."""
+    return "output" if item.get_closest_marker("forward_values") else fixture_check(item)[1]
+
+
 def carries_points(item) -> bool:
     """Whether a test has a share of its function's points: a hidden twin's points are its
     public case's, and a report-only verdict has none (harness/scoring.py)."""
@@ -299,7 +307,10 @@ def scoring_facts(items) -> dict[str, dict]:
     for item in items:
         case, check = fixture_check(item)
         facts[item.nodeid] = {"adapter": item.stash.get(ADAPTER, None), "hidden": bool(case and case.hidden),
-                              "check": check, "points": carries_points(item), "twin": ""}
+                              "check": check_of(item), "points": carries_points(item), "twin": ""}
+        if item.get_closest_marker("forward_values"):  # against the twins too, where they are loaded
+            term = _state(item.config).get("term")
+            facts[item.nodeid]["hidden"] = bool(term and term.hidden_loaded)
         if case and case.twin_of:
             twins[case.function, case.twin_of, check] = item.nodeid
     for item in items:
@@ -417,7 +428,7 @@ def pytest_runtest_makereport_tag(item, call):
         report.sections = [(title, trimmed(text)) if title.startswith("Captured") else (title, text)
                            for title, text in report.sections]
         report.carries_points = carries_points(item)
-        report.check = fixture_check(item)[1]
+        report.check = check_of(item)
     return report
 
 

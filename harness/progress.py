@@ -66,9 +66,7 @@ class Progress:
         missing = [Result(f"not-run/{i}", adapter, "not run", carries_points=i >= unscored)
                    for i in range(self.unrun(adapter) or 0)]
         missing += [Result(f"hidden/{i}", adapter, "not run") for i in range(self.hidden_tests(adapter))]
-        proof = self.outcomes.get(ADAPTERS[adapter].values_of, [])  # a module builder's forward
-        out = scores(ran + missing + proof, twins_unseen=True)
-        return {test_id: score for test_id, score in out.items() if test_id not in {r.id for r in proof}}
+        return scores(ran + missing, twins_unseen=True)
 
     def points(self, adapter: str) -> float:
         return sum(score for score, _ in self.scores(adapter).values())

@@ -8,9 +8,10 @@ that carry points: its public tests and its own hidden cases. Two kinds carry no
 A test that passed earns its share when
 - it has a twin: the twin passed too (values the student has seen prove nothing alone);
 - it is not an output or gradient check (must-raise, property, probe): the function is proved
-  to work, that is an output case of it passed on fresh values (for a module builder: of the
-  function its forward gives, `values_of` in the contract). Code that raises on every input,
-  returns anything of the right shape, or answers from the public fixtures has not earned it.
+  to work, that is an output check of it passed on fresh values (for a module builder: its
+  forward against a function's fixtures and their twins, a `forward_values` test). Code that
+  raises on every input, returns anything of the right shape, or answers from the public
+  fixtures has not earned it.
 
 A student's own run has no twins: `twins_unseen` counts a passed public case as if its twin
 passed too, so the table never shows less than the grader could give for the same code, and
@@ -50,7 +51,7 @@ def scores(results: list[Result], twins_unseen: bool = False) -> dict[str, tuple
         scored = [r for r in tests if r.carries_points]
         base, extra = divmod(round(adapter.points * UNITS) if adapter else 0, max(len(scored), 1))
         shares = {r.id: (base + (i < extra)) / UNITS for i, r in enumerate(scored)}
-        proved = fn in fresh or bool(adapter and adapter.values_of in fresh)
+        proved = fn in fresh
         for r in tests:
             share = shares.get(r.id, 0.0)
             earned = (r.outcome == "passed" and (r.check in ON_VALUES or proved)

@@ -335,7 +335,7 @@ def test_lying_to_a_probe_in_the_worker_earns_nothing(graded, probe):
 
 def test_scores_need_fresh_values():
     """The rule on its own: a public check earns with its twin, a property once an output case
-    passes on fresh values (a module builder: its `values_of` function's)."""
+    passes on fresh values (a module builder: its own forward on fresh values)."""
     from harness.grading.grade import Graded, Test
 
     def score(outcomes: dict) -> float:
@@ -344,6 +344,7 @@ def test_scores_need_fresh_values():
                  Test("property", "run_silu", False),
                  Test("probe", "run_silu", False, points=False),
                  Test("module", "get_transformer_lm", False),
+                 Test("forward", "get_transformer_lm", True, check="output"),  # a forward_values test
                  Test("lm", "run_transformer_lm", True, check="output")]
         for t in tests:
             t.outcome = outcomes.get(t.id, "failed")
@@ -352,11 +353,14 @@ def test_scores_need_fresh_values():
     passed = "passed"
     assert score({"public": passed, "property": passed, "probe": passed}) == {
         "public": (0.0, 0.5), "twin": (0.0, 0.0), "property": (0.0, 0.5), "probe": (0.0, 0.0),
-        "module": (0.0, 4.0), "lm": (0.0, 5.0)}
-    every = score(dict.fromkeys(["public", "twin", "property", "probe", "module", "lm"], passed))
-    assert every["public"] == every["property"] == (0.5, 0.5) and every["module"] == (4.0, 4.0)
+        "module": (0.0, 2.0), "forward": (0.0, 2.0), "lm": (0.0, 5.0)}
+    every = score(dict.fromkeys(["public", "twin", "property", "probe", "module", "forward", "lm"], passed))
+    assert every["public"] == every["property"] == (0.5, 0.5) and every["module"] == (2.0, 2.0)
     assert score({"twin": passed, "property": passed, "module": passed})["property"] == (0.5, 0.5)
-    assert score({"module": passed})["module"] == (0.0, 4.0)
+    assert score({"module": passed})["module"] == (0.0, 2.0)
+    # the function's values prove nothing about the module: only its own forward does (a lazy builder)
+    assert score({"lm": passed, "module": passed})["module"] == (0.0, 2.0)
+    assert score({"forward": passed, "module": passed})["module"] == (2.0, 2.0)
 
 
 @pytest.mark.parametrize("attack", ["steals_answers", "imports_reference"])

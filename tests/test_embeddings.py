@@ -120,6 +120,26 @@ def test_embedding_module_has_exactly_the_table(adapters):
     assert torch.equal(out, params[0][ids]), "forward(ids) must return the table's rows, weight[ids]"
 
 
+@pytest.mark.forward_values
+@adapter("get_embedding")
+def test_embedding_module_matches_fixtures(adapters, term):
+    """The module, with a run_embedding case's table loaded as `weight`, gives that case's rows:
+    its public cases, and their hidden twins where hidden cases are loaded (grading)."""
+    cases = [c for c in term.cases if c.function == "run_embedding" and c.check == "output"
+             and (not c.hidden or c.twin_of)]
+    assert cases, "the term has no run_embedding cases"
+    for case in cases:
+        kwargs = term.inputs(case)
+        weights = kwargs["weights"]
+        module = adapters.get_embedding(*weights.shape)
+        module.load_state_dict({"weight": weights})
+        expected = term.tensors(case)["out"]
+        out = module(kwargs["token_ids"])
+        assert out.shape == expected.shape and torch.equal(out, expected), (
+            f"forward() with the table loaded as `weight` differs from run_embedding's expected rows on case "
+            f"{case.name!r} ({case.note})")
+
+
 @adapter("get_embedding")
 def test_embedding_module_trains_its_table(adapters):
     module = adapters.get_embedding(20, 4)
@@ -143,10 +163,13 @@ def test_sinusoidal_module_has_no_parameters(adapters):
 
 
 
+@pytest.mark.forward_values
 @adapter("get_sinusoidal_positions")
 def test_sinusoidal_module_matches_fixtures(adapters, term):
+    """The module's forward gives run_sinusoidal_positions' values: its public cases, and their
+    hidden twins where hidden cases are loaded (grading)."""
     cases = [c for c in term.cases if c.function == "run_sinusoidal_positions" and c.check == "output"
-             and not c.hidden]
+             and (not c.hidden or c.twin_of)]
     assert cases, "the term has no run_sinusoidal_positions cases"
     for case in cases:
         kwargs = term.inputs(case)

@@ -57,13 +57,20 @@ def test_parameter_count_matches_accounting(adapters):
     assert yours == count, f"your accounting says params.total={yours:,} but your model has {count:,}"
 
 
+@pytest.mark.forward_values
 @pytest.mark.parametrize("builder, function", [
     pytest.param("get_transformer_lm", "run_transformer_lm", marks=adapter("get_transformer_lm")),
     pytest.param("get_gpt2_lm", "run_gpt2_lm", marks=adapter("get_gpt2_lm")),
 ])
 def test_forward_matches_the_lm_fixture(adapters, term, builder, function):
-    """The built model, with the fixture's weights loaded, gives the fixture's logits."""
+    """The built model, with the fixture's weights loaded, gives the fixture's logits (on the
+    case's hidden twin too, where hidden cases are loaded: grading)."""
     case = next(c for c in term.cases if c.function == function and not c.hidden and c.check == "output")
+    for case in [case, *[c for c in term.cases if c.twin_of == case.name and c.function == function]]:
+        _forward_matches(adapters, term, builder, function, case)
+
+
+def _forward_matches(adapters, term, builder, function, case):
     kwargs = term.inputs(case)
     model = getattr(adapters, builder)(**{k: v for k, v in case.args.items()})
     weights = dict(kwargs["weights"])
@@ -82,7 +89,8 @@ def test_forward_matches_the_lm_fixture(adapters, term, builder, function):
     expected = term.tensors(case)["out"]
     assert logits.shape == expected.shape, f"forward returned {list(logits.shape)}, expected {list(expected.shape)}"
     assert torch.allclose(logits, expected, atol=case.atol, rtol=case.rtol), (
-        f"forward(in_indices) with the fixture weights loaded differs from {function}'s expected logits")
+        f"forward(in_indices) with the fixture weights loaded differs from {function}'s expected logits "
+        f"(case {case.name!r})")
 
 
 def build_initialised(adapters, init_scheme="cs336"):
