@@ -1,5 +1,6 @@
 """Build and verify fixture terms (instructor only; not shipped to students)."""
 
+import dataclasses
 import shutil
 import zlib
 from pathlib import Path
@@ -97,9 +98,13 @@ def _build_case(reference: Adapters, spec: Spec, seed: int, mistakes: list,
     if grads:
         g = torch.Generator().manual_seed(seed * 7919 + zlib.crc32(case.id.encode()))
         cot = torch.randn(out.shape, generator=g, dtype=torch.float32)
-        for path, grad in zip(grads, torch.autograd.grad(out, [wide[p] for p in grads], cot.to(out.dtype))):
-            tensors[f"grad/{path}"] = _narrow(grad)
-        tensors["cot"] = cot
+        expected_grads = {f"grad/{path}": _narrow(grad) for path, grad in
+                          zip(grads, torch.autograd.grad(out, [wide[p] for p in grads], cot.to(out.dtype)))}
+        if all(t.abs().max() <= case.grad_atol for t in expected_grads.values()):
+            # a gradient that is 0 within tolerance (a saturated softmax) is matched by any constant
+            # function: a check that cannot fail, and a twin a fake would pass
+            return dataclasses.replace(case, grads=[]), tensors
+        tensors.update(expected_grads, cot=cot)
     return case, tensors
 
 
