@@ -49,6 +49,11 @@ SCRATCH_BYTES = 256 << 20  # the scratch tmpfs
 OUTPUT_CAP = 1 << 20       # bytes of visible-phase output kept
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 OOM_DRIVER, OOM_SANDBOX, OOM_WORKER = -900, 500, 1000  # who the OOM killer takes first: workers
+# /proc files that count for the whole machine (processes forked, memory, load, interrupts): a
+# submission reading one while another makes it move is a channel between them. Empty in a sandbox.
+HOST_COUNTERS = ("stat", "loadavg", "meminfo", "vmstat", "interrupts", "softirqs", "diskstats", "schedstat",
+                 "zoneinfo", "buddyinfo", "pagetypeinfo", "slabinfo", "pressure/cpu", "pressure/memory",
+                 "pressure/io")
 
 
 @dataclass
@@ -119,6 +124,8 @@ class Sandbox:
         self.scratch: Path | None = None  # a host folder only without bubblewrap (otherwise a tmpfs)
         self.output = self.root / "output.txt"
         self.output.touch()
+        self.empty = self.root / "empty"  # bound over the host-wide counters in /proc
+        self.empty.touch(mode=0o444)
         self.kept = 0  # visible-phase output bytes written to self.output
         self.submission = submission
         self.memory, self.cpu_seconds = memory_mb << 20, int(cpu_seconds) + 1
@@ -276,6 +283,9 @@ class Sandbox:
         # Inside the sandbox, the submission and the worker's modules sit at fixed places.
         args = [self.protections.bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
                 "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev"]
+        for name in HOST_COUNTERS:  # machine-wide, so two sandboxes could signal through them
+            if Path("/proc", name).exists():
+                args += ["--ro-bind", str(self.empty), f"/proc/{name}"]
         if filter_fd is not None:
             args += ["--seccomp", str(filter_fd)]
         for path in _system_paths():
