@@ -93,3 +93,10 @@ def test_a_reply_that_trickles_in_has_one_deadline(monkeypatch):
     with pytest.raises(TimeoutError, match="began its reply but did not finish it within 0.5 s"):
         link._wait(5)
     theirs.close()
+
+
+def test_a_submission_cannot_take_the_name_of_a_batch_file():
+    """A submission named report.html once made its results folder where the class report goes."""
+    from harness.grading.grade import BATCH_FILES, submission_name
+    assert {submission_name(Path(name)) for name in BATCH_FILES} == {"_" + name for name in BATCH_FILES}
+    assert submission_name(Path("alice.zip")) == "alice" and submission_name(Path(".x")) == "_.x"

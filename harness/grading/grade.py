@@ -274,10 +274,13 @@ def _claim_uid_block():
                    "wait for one to finish")
 
 
+BATCH_FILES = ("grades.csv", "report.html", "mistakes.csv")  # beside the submissions' folders in --out
+
+
 def submission_name(submission: Path) -> str:
     """The name a submission's results go under: one safe folder name inside --out."""
     name = re.sub(r"[^\w.@+-]", "_", submission.name.removesuffix(".zip"))
-    return "_" + name if name.startswith(".") or name in ("", "grades.csv") else name
+    return "_" + name if name.startswith(".") or name in ("", *BATCH_FILES) else name
 
 
 def _unpack(submission: Path, into: Path) -> Path:
