@@ -423,17 +423,7 @@ class Cgroup:
 
     def kill(self, seconds: float = 10.0) -> bool:
         """SIGKILL every process in the group until none is left."""
-        deadline = time.monotonic() + seconds
-        while victims := self.pids():
-            if time.monotonic() > deadline:
-                return False
-            for pid in victims:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            time.sleep(0.01)
-        return True
+        return kill_until_none(self.pids, seconds)
 
     def remove(self) -> None:
         self.kill()
@@ -663,8 +653,13 @@ def uid_processes(uid: int) -> list[int]:
 def kill_uid(uid: int, seconds: float = 10.0) -> bool:
     """SIGKILL every process of a slot's uid (used as root, where the uid is the slot's alone),
     until none is left: a PID namespace's teardown is asynchronous. False if some outlived it."""
+    return kill_until_none(lambda: uid_processes(uid), seconds)
+
+
+def kill_until_none(find, seconds: float) -> bool:
+    """SIGKILL the processes `find()` lists until it lists none; False if some outlived `seconds`."""
     deadline = time.monotonic() + seconds
-    while victims := uid_processes(uid):
+    while victims := find():
         if time.monotonic() > deadline:
             return False
         for pid in victims:
