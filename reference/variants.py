@@ -160,6 +160,17 @@ class _ParameterTable(nn.Module):
         return self.table[positions]
 
 
+class _PersistentTable(emb.SinusoidalPositions):
+    def __init__(self, max_len, d_model):
+        nn.Module.__init__(self)
+        self.register_buffer("table", emb.sinusoidal_positions(d_model, torch.arange(max_len)))
+
+
+class _UncheckedEmbedding(emb.Embedding):
+    def forward(self, token_ids):
+        return self.weight[token_ids]
+
+
 class _AttributeTable(_ParameterTable):
     def __init__(self, max_len, d_model):
         nn.Module.__init__(self)
@@ -465,6 +476,10 @@ register("silu_as_sigmoid", "SiLU returns sigmoid(x), without the factor x",
          attention__silu=torch.sigmoid)
 register("silu_sigmoid_detached", "SiLU as x * sigmoid(x).detach(): right values, wrong gradient",
          named_by="the output is right, only the gradient", attention__silu=lambda x: x * torch.sigmoid(x).detach())
+register("position_table_persistent", "sinusoidal table a persistent buffer: it lands in every state dict",
+         named_by="persistent=False", embeddings__SinusoidalPositions=_PersistentTable)
+register("embedding_module_unchecked", "the embedding module indexes without a range check: id -1 wraps",
+         named_by="raise on ids outside [0, vocab_size), as run_embedding does", embeddings__Embedding=_UncheckedEmbedding)
 register("embedding_table_as_buffer", "the embedding table is a buffer, so it has no parameters and never trains",
          hint="an embedding table kept as a buffer; it is the module's one nn.Parameter",
          named_by="exactly 32,000 parameters", embeddings__Embedding=_BufferTable)

@@ -141,6 +141,18 @@ def test_embedding_module_matches_fixtures(adapters, term):
 
 
 @adapter("get_embedding")
+def test_embedding_module_rejects_ids_outside_the_vocabulary(adapters):
+    module = adapters.get_embedding(20, 4)
+    for bad in (20, -1):
+        try:
+            module(torch.tensor([[1, bad]]))
+        except Exception:  # noqa: BLE001 - any error names the problem; the point is not to return
+            continue
+        raise AssertionError(f"forward() returned for id {bad} with vocab_size=20: raise on ids outside "
+                             "[0, vocab_size), as run_embedding does (weight[-1] silently returns the last row)")
+
+
+@adapter("get_embedding")
 def test_embedding_module_trains_its_table(adapters):
     module = adapters.get_embedding(20, 4)
     module(torch.tensor([[1, 1, 3]])).sum().backward()
@@ -160,6 +172,9 @@ def test_sinusoidal_module_has_no_parameters(adapters):
                         f"found {params}. Store the table with register_buffer, not nn.Parameter.")
     assert any(b.numel() for b in module.buffers()), \
         "keep the precomputed table as a buffer (register_buffer) so .to(device) moves it"
+    saved = list(module.state_dict())
+    assert not saved, (f"the table is derived, not learned: register it with persistent=False so it stays out "
+                       f"of the state dict (and of every checkpoint of a model that holds it); found {saved}")
 
 
 
