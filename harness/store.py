@@ -104,6 +104,12 @@ class Term:
         """Hidden tests per function that carry points: its own hidden cases' checks (not the twins')."""
         return self.manifest.get("scored_hidden", {})
 
+    def output_cases(self, function: str) -> list[Case]:
+        """`function`'s public output cases, then, where hidden cases are loaded (grading), their
+        twins: what a module's forward is checked against (tests marked forward_values)."""
+        public = [c for c in self.cases if c.function == function and c.check == "output" and not c.hidden]
+        return public + [c for c in self.cases if c.function == function and c.check == "output" and c.twin_of]
+
     @property
     def hints(self) -> dict[str, str]:
         """Known mistake -> what a matching result is diagnosed as."""

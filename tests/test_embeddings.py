@@ -125,8 +125,7 @@ def test_embedding_module_has_exactly_the_table(adapters):
 def test_embedding_module_matches_fixtures(adapters, term):
     """The module, with a run_embedding case's table loaded as `weight`, gives that case's rows:
     its public cases, and their hidden twins where hidden cases are loaded (grading)."""
-    cases = [c for c in term.cases if c.function == "run_embedding" and c.check == "output"
-             and (not c.hidden or c.twin_of)]
+    cases = term.output_cases("run_embedding")
     assert cases, "the term has no run_embedding cases"
     for case in cases:
         kwargs = term.inputs(case)
@@ -183,8 +182,7 @@ def test_sinusoidal_module_has_no_parameters(adapters):
 def test_sinusoidal_module_matches_fixtures(adapters, term):
     """The module's forward gives run_sinusoidal_positions' values: its public cases, and their
     hidden twins where hidden cases are loaded (grading)."""
-    cases = [c for c in term.cases if c.function == "run_sinusoidal_positions" and c.check == "output"
-             and (not c.hidden or c.twin_of)]
+    cases = term.output_cases("run_sinusoidal_positions")
     assert cases, "the term has no run_sinusoidal_positions cases"
     for case in cases:
         kwargs = term.inputs(case)

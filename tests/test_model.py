@@ -65,8 +65,8 @@ def test_parameter_count_matches_accounting(adapters):
 def test_forward_matches_the_lm_fixture(adapters, term, builder, function):
     """The built model, with the fixture's weights loaded, gives the fixture's logits (on the
     case's hidden twin too, where hidden cases are loaded: grading)."""
-    case = next(c for c in term.cases if c.function == function and not c.hidden and c.check == "output")
-    for case in [case, *[c for c in term.cases if c.twin_of == case.name and c.function == function]]:
+    first, *others = term.output_cases(function)
+    for case in [first, *[c for c in others if c.twin_of == first.name]]:
         _forward_matches(adapters, term, builder, function, case)
 
 
