@@ -19,6 +19,7 @@ import json
 import os
 import re
 import statistics
+import threading
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,11 @@ CRASH_MARKS = [          # (kind, phrases of the grader's own failure messages),
 RAISED = re.compile(r"(?:Hidden test\. )?\w+: ([A-Z]\w*): ")  # "run_x: ValueError: ..." (a public raise)
 
 
+# CPython 3.11 before 3.11.8 keeps ast.parse's recursion count per interpreter, not per thread:
+# two driver threads parsing at once fail with "AST constructor recursion depth mismatch".
+_PARSING = threading.Lock()
+
+
 def code_hash(folder: Path) -> str:
     """sha256 of a submission's code (adapters.py and student/), normalised: each Python file as
     its syntax tree, so comments, blank lines and formatting do not matter."""
@@ -47,7 +53,9 @@ def code_hash(folder: Path) -> str:
         data = path.read_bytes()
         if path.suffix == ".py":
             try:
-                data = ast.dump(ast.parse(data)).encode()
+                with _PARSING:
+                    tree = ast.parse(data)
+                data = ast.dump(tree).encode()
             except (SyntaxError, ValueError):
                 data = b"\n".join(line.rstrip() for line in data.splitlines() if line.strip())
         digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + hashlib.sha256(data).digest())
