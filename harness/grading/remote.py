@@ -51,8 +51,8 @@ class Link:
         self.broken: str | None = None  # why this phase's workers cannot serve any call
 
     def enter(self, phase: str) -> None:
-        """Switch phase; a hidden-case worker starts only once every visible-test process is dead,
-        in a fresh sandbox."""
+        """Switch phase; a hidden-case worker starts only once every visible-test process is dead
+        and all they printed is read."""
         if phase == self.phase:
             return
         self._drop_worker()

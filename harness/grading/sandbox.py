@@ -105,9 +105,10 @@ class Protections:
 class Sandbox:
     """One submission's confined zygote. `fork()` gives a connected worker socket.
 
-    Every worker, visible phase or hidden, starts the same way: the first worker of a fresh
-    sandbox (new scratch, new PID namespace, stdout a pipe to the driver), so nothing tells
-    the phases apart; in the hidden phase the driver drops what comes through the pipe."""
+    Every worker, visible phase or hidden, is forked by the same zygote, with stdout the
+    same pipe to the driver; in the hidden phase the driver drops what comes through it.
+    Nothing the visible phase reports can depend on a hidden value: its verdicts and output
+    are final before the first hidden call."""
 
     def __init__(self, submission: Path, protections: Protections, slot: int, memory_mb: int,
                  cpu_seconds: float):
@@ -141,9 +142,12 @@ class Sandbox:
             raise
 
     def seal_for_hidden_cases(self) -> None:
-        """Before hidden cases: every visible-test process dead and the whole sandbox gone;
-        the next worker starts in a fresh one, whose output is dropped."""
-        self.stop()
+        """Before hidden cases: every visible-test process dead and all they printed read;
+        from then on the sandbox's output is dropped. The zygote, which never ran the
+        submission's code, forks the hidden-case workers: one start (torch's import) per
+        submission, not two. Should it not answer, the hidden cases get a fresh sandbox."""
+        if self.kill_workers() and self.stdout is not None:
+            self.pump(everything=True)  # the writers are dead: what they wrote is in the pipe
         self.hidden = True
 
     # -- lifecycle

@@ -6,9 +6,9 @@ expected values, fixture files or case metadata: only the arguments of one call.
 
     zygote  imports torch once, then forks a fresh worker on request. A worker that
             crashed or timed out is replaced the same way, so no half-imported module
-            outlives a timeout. Hidden cases run in another sandbox, started once every
-            visible-test process is dead: a worker cannot tell which phase it serves (the
-            zygote is never told; its stdout is the same pipe, which the grader drops).
+            outlives a timeout. Hidden-case workers are forked once every visible-test
+            process is dead (the "kill" request); the zygote is never told the phase, and
+            its stdout is the same pipe, which the grader then drops.
     worker  answers requests from the grader: call an adapter, the gradient of a
             result (vector-Jacobian product), a method of a module it returned, or a
             probe (allocation size, meta device) run over one of those.
