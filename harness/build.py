@@ -113,7 +113,9 @@ def _add_fingerprints(case: Case, tensors: dict, kwargs: dict, expected, mistake
     """Store a sample of each known mistake's result on this case, where it differs.
 
     `expected` is None for a must-raise case: there, any result is the mistake's. `used`:
-    the pieces the reference call used; a mistake that patches none of them is skipped."""
+    the pieces the reference call used; a mistake that patches none of them is skipped.
+    Samples are stored packed, one index and one value tensor per case (Term.fingerprints)."""
+    samples = []
     for variant in mistakes:
         if used is not None and not variant.reaches(used):
             continue
@@ -129,7 +131,14 @@ def _add_fingerprints(case: Case, tensors: dict, kwargs: dict, expected, mistake
                          max(case.atol, 1e-6), max(case.rtol, 1e-5))
         if fp is not None:
             case.diagnoses.append(variant.name)
-            tensors.update(flatten(f"diag/{variant.name}", fp))
+            if "idx" in fp:
+                samples.append(fp)
+            else:  # counts, one tensor per key
+                tensors.update(flatten(f"diag/{variant.name}", fp))
+    if samples:
+        tensors.update({"diag#idx": torch.cat([fp["idx"] for fp in samples]),
+                        "diag#val": torch.cat([fp["val"] for fp in samples]),
+                        "diag#sizes": torch.tensor([fp["idx"].numel() for fp in samples], dtype=torch.int32)})
 
 
 def _fresh(kwargs: dict) -> dict:

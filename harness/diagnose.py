@@ -41,7 +41,7 @@ def fingerprint(variant_out, expected, seed: int, atol: float, rtol: float) -> d
     g = torch.Generator().manual_seed(seed)
     idx = torch.cat([diff.topk(min(TOP, diff.numel())).indices,
                      torch.randperm(diff.numel(), generator=g)[:RANDOM]]).unique()
-    return {"idx": idx.to(torch.int64), "val": out.flatten()[idx]}
+    return {"idx": idx.to(torch.int32), "val": out.flatten()[idx]}
 
 
 def matching_variant(actual, fingerprints: dict[str, dict], atol: float, rtol: float) -> str | None:

@@ -17,7 +17,8 @@ from safetensors.torch import load, save_file
 
 from harness.paths import assemble, leaves
 
-SCHEMA = 1
+SCHEMA = 2  # 2: mostly-zero tensors sparse, weights on a grid in 16 bits (_sparse, _packed); 1 is read too
+READABLE = (1, 2)
 MANIFEST = "manifest.json"
 HIDDEN = "hidden"
 RESTORE = "Restore it from the release (e.g. `git checkout -- fixtures/`); tests never regenerate fixtures."
@@ -116,8 +117,17 @@ class Term:
         return self.manifest.get("hints", {})
 
     def fingerprints(self, case: Case) -> dict[str, dict]:
+        """Known mistake -> its stored sample ({"idx", "val"}) or its counts. Samples are packed
+        in the order of case.diagnoses (build._add_fingerprints)."""
         stored = self.tensors(case)
-        return {name: unflatten(stored, f"diag/{name}") for name in case.diagnoses}
+        counts = {name: unflatten(stored, f"diag/{name}") for name in case.diagnoses}
+        sampled = [name for name in case.diagnoses if not counts[name]]
+        if not sampled:
+            return counts
+        sizes = stored["diag#sizes"].tolist()
+        pieces = zip(stored["diag#idx"].split(sizes), stored["diag#val"].split(sizes))
+        counts.update({name: {"idx": idx, "val": val} for name, (idx, val) in zip(sampled, pieces)})
+        return {name: counts[name] for name in case.diagnoses}
 
     def tensors(self, case: Case) -> dict[str, torch.Tensor]:
         """Every stored tensor of a case, keyed by role path ("in/weights", "grad/weights/ln1.weight")."""
@@ -181,8 +191,9 @@ def _read_manifest(folder: Path, files: dict, prefix: str) -> dict:
         manifest = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise FixtureError(f"{path} is unreadable ({e}). {RESTORE}") from e
-    if manifest.get("schema") != SCHEMA:
-        raise FixtureError(f"{path} has schema {manifest.get('schema')!r}; this harness reads schema {SCHEMA}.")
+    if manifest.get("schema") not in READABLE:
+        raise FixtureError(f"{path} has schema {manifest.get('schema')!r}; this harness reads schemas "
+                           f"{', '.join(map(str, READABLE))}: update the harness (or rebuild the term with it).")
     for rel, digest in manifest["files"].items():
         file = folder / rel
         if not file.is_file():
@@ -192,8 +203,55 @@ def _read_manifest(folder: Path, files: dict, prefix: str) -> dict:
         if actual != digest:
             raise FixtureError(f"fixture file {file} was modified or truncated: its sha256 is "
                                f"{actual[:12]}…, the manifest records {digest[:12]}…. {RESTORE}")
-        files[prefix + rel] = load(data)
+        files[prefix + rel] = _dense(load(data))
     return manifest
+
+
+# A tensor that is mostly zeros (an embedding table's gradient: only the rows the ids hit) is
+# stored as its shape, the flat indices of its other elements and their values. Lossless, -0.0
+# included; everything that reads a term sees the dense tensor.
+SPARSE = ("#shape", "#idx", "#val")
+
+
+# A float32 tensor whose values are all k * 2^-e with |k| < 2^15 (weights the catalogue draws
+# on_grid) is stored as int16 k and e. Lossless too: anything else stays float32.
+
+def _sparse(key: str, t: torch.Tensor) -> dict[str, torch.Tensor]:
+    flat = t.reshape(-1)
+    if not t.is_floating_point() or flat.numel() * t.element_size() < 4096:
+        return _packed(key, t)
+    idx = ((flat != 0) | torch.signbit(flat)).nonzero().reshape(-1)
+    if idx.numel() * (4 + t.element_size()) > flat.numel() * t.element_size() // 2:
+        return _packed(key, t)
+    return {key + "#shape": torch.tensor(t.shape, dtype=torch.int64), key + "#idx": idx.to(torch.int32),
+            **_packed(key + "#val", flat[idx].clone())}
+
+
+def _packed(key: str, t: torch.Tensor) -> dict[str, torch.Tensor]:
+    if t.dtype != torch.float32 or t.numel() < 256 or not torch.isfinite(t).all() or not t.abs().max() > 0:
+        return {key: t}
+    e = 14 - int(torch.floor(torch.log2(t.abs().max())).item())
+    k = torch.ldexp(t.double(), torch.tensor(e)).round().clamp(-32767, 32767)
+    if not torch.equal(_unpacked(k.to(torch.int16), e).view(torch.int32), t.view(torch.int32)):
+        return {key: t}  # not on a grid (or a -0.0): as it is
+    return {key + "#q16": k.to(torch.int16), key + "#exp": torch.tensor(e, dtype=torch.int32)}
+
+
+def _unpacked(k: torch.Tensor, e: int) -> torch.Tensor:
+    return torch.ldexp(k.to(torch.float64), torch.tensor(-e)).to(torch.float32)
+
+
+def _dense(data: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    for key in [k for k in data if k.endswith("#q16")]:
+        base = key.removesuffix("#q16")
+        data[base] = _unpacked(data.pop(key), int(data.pop(base + "#exp")))
+    for key in [k for k in data if k.endswith("#shape")]:
+        base = key.removesuffix("#shape")
+        shape, idx, val = (data.pop(base + suffix) for suffix in SPARSE)
+        t = torch.zeros(int(shape.prod()), dtype=val.dtype)
+        t[idx.long()] = val
+        data[base] = t.reshape(shape.tolist())
+    return data
 
 
 def _cases(manifest: dict, prefix: str) -> list[Case]:
@@ -218,12 +276,19 @@ def write_term(folder: Path, meta: dict, cases: list[Case], tensors: dict[str, d
     for case in cases:
         case.file = f"{case.function}.safetensors"
         for role, t in tensors[case.id].items():
-            by_file.setdefault(case.file, {})[f"{case.name}/{role}"] = t.detach().contiguous().clone()
+            by_file.setdefault(case.file, {}).update(_sparse(f"{case.name}/{role}", t.detach().contiguous().clone()))
     files = {}
     for rel, data in sorted(by_file.items()):
         save_file(data, folder / rel)
         files[rel] = sha256(folder / rel)
-    manifest = {"schema": SCHEMA, **meta, "files": files,
-                "cases": [asdict(c) for c in cases]}
-    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    (folder / MANIFEST).write_text(_manifest_text({"schema": SCHEMA, **meta, "files": files}, cases))
+
+
+def _manifest_text(head: dict, cases: list[Case]) -> str:
+    """The manifest: its head indented, then one case per line without the fields left at their
+    defaults (Case fills them in): small, and a term diff shows one line per changed case."""
+    defaults = asdict(Case("", "", {}, []))
+    lines = [json.dumps({k: v for k, v in asdict(c).items() if k in ("function", "name", "args", "inputs") or v != defaults[k]},
+                        separators=(",", ":")) for c in cases]
+    return json.dumps(head, indent=1)[:-2] + ',\n "cases": [\n  ' + ",\n  ".join(lines) + "\n ]\n}\n"
 
