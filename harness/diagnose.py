@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 TOP, RANDOM = 16, 16
-MATCH_SLACK = 10  # fingerprints match within 10x the case tolerance
+MATCH_SLACK = 1
 
 
 def fingerprint(variant_out, expected, seed: int, atol: float, rtol: float) -> dict | None:

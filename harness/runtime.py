@@ -10,9 +10,11 @@ import importlib.util
 import re
 import sys
 import traceback
+import typing
 from pathlib import Path
 
 from beartype import beartype
+from beartype.door import is_bearable
 from jaxtyping import TypeCheckError, jaxtyped
 
 from harness.contract import ADAPTERS, Adapter
@@ -120,13 +122,30 @@ def checked(adapter: Adapter, impl):
 
     def call(*args, **kwargs):
         try:
-            return typed(*args, **kwargs)
+            out = typed(*args, **kwargs)
         except TypeCheckError as e:
             raise ContractViolation(explain(adapter, str(e))) from None
+        _check_every_entry(adapter, out)
+        return out
     call.__name__ = adapter.name
     call.adapter = adapter
     call.remote_probe = getattr(impl, "remote_probe", None)  # a remote function runs probes in its worker
     return call
+
+
+def _check_every_entry(adapter: Adapter, out) -> None:
+    """beartype checks one random entry of a returned dict; the contract holds for every one
+    (a count computed with / is a float in some entries only)."""
+    annotation = adapter.signature.return_annotation
+    if typing.get_origin(annotation) is not dict or not isinstance(out, dict):
+        return
+    value_type = typing.get_args(annotation)[1]
+    for key, value in out.items():
+        if not is_bearable(value, value_type) or (value_type is int and isinstance(value, bool)):
+            hint = ": use // for integer division, or int(...)" if value_type is int and isinstance(value, float) else ""
+            raise ContractViolation(f"{adapter.name} returned {value!r} ({type(value).__name__}) for {key!r}, but "
+                                    f"the contract says every value is {getattr(value_type, '__name__', value_type)}"
+                                    f"{hint}\n  see the docstring of {adapter.name} in adapters.py")
 
 
 def explain(adapter: Adapter, message: str) -> str:

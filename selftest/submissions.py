@@ -3,6 +3,7 @@
 import os
 import shutil
 import stat
+import sys
 import zipfile
 from pathlib import Path
 
@@ -141,7 +142,9 @@ def survivors() -> list[str]:
             uid = os.stat(f"/proc/{p}").st_uid
         except OSError:
             continue
-        if f"sleep {MARKER}" in cmdline or BASE_UID <= uid < BASE_UID + UID_BLOCK * UID_BLOCKS:
+        # another checkout's grader beside this one: its workers run its own Python
+        foreign = " -I -c import sys; sys.path" in cmdline and not cmdline.startswith(sys.executable + " ")
+        if f"sleep {MARKER}" in cmdline or not foreign and BASE_UID <= uid < BASE_UID + UID_BLOCK * UID_BLOCKS:
             found.append(f"{p}: uid {uid} {cmdline[:80]}")
     return found
 

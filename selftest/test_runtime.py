@@ -109,3 +109,17 @@ def test_an_adapters_path_uses_the_student_package_beside_it(tmp_path, forget_ot
     source.write_text(source.read_text().replace("    return weights[token_ids]", "    weights[token_ids]"))
     run = run_suite("--adapters", str(sub / "adapters.py"), "-k", "seed-exercise and output")
     assert run.failed and "returned None" in next(iter(run.messages.values()))
+
+
+@pytest.mark.parametrize("entry, message", [("7.0", r"7\.0 \(float\) for 'params.total'.*use // for integer division"),
+                                            ("True", r"True \(bool\) for 'params.total'")],
+                         ids=["float", "bool"])
+def test_every_entry_of_a_returned_dict_is_checked(tmp_path, entry, message):
+    """beartype samples one entry of a dict; a count that is a float in one entry of many is caught
+    on every call, not by chance."""
+    module = tmp_path / "wrong_adapters.py"
+    module.write_text("def run_transformer_accounting(*args, **kwargs):\n"
+                      f"    return {{**{{f'flops.k{{i}}': i for i in range(40)}}, 'params.total': {entry}}}\n")
+    for _ in range(5):
+        with pytest.raises(ContractViolation, match=message):
+            Adapters(str(module)).run_transformer_accounting(10, 8, 8, 1, 2, 12)
