@@ -1,6 +1,8 @@
 """Build and verify fixture terms (instructor only; not shipped to students)."""
 
 import dataclasses
+import json
+import secrets
 import shutil
 import zlib
 from pathlib import Path
@@ -14,28 +16,35 @@ from harness.checks import CHECKS, checks_for
 from harness.contract import ADAPTERS
 from harness.runtime import Adapters
 from harness.paths import assemble, leaves
-from harness.store import HIDDEN, Case, Term, flatten, swap_view, write_term
+from harness.store import HIDDEN, MANIFEST, Case, Term, flatten, swap_view, write_term
 from reference.variants import VARIANTS, spying
 
 REFERENCE = "reference.adapters"
 
 
-def build_term(project: Path, name: str, seed: int, force: bool = False, skip_unreached: bool = True) -> Path:
-    """Build term `name` from the catalogue. `skip_unreached=False` runs every known mistake
-    on every public case, even where it cannot differ (the selftest's proof that skipping
-    changes no byte)."""
+def build_term(project: Path, name: str, seed: int, force: bool = False, skip_unreached: bool = True,
+               grading_seed: int | None = None) -> Path:
+    """Build term `name` from the catalogue. Public cases draw their values from `seed`, which
+    the public manifest records; hidden cases and twins from `grading_seed`, recorded only in
+    the hidden manifest: with the catalogue and the public seed a student still cannot make
+    the hidden values. By default a rebuild keeps the term's grading seed, and a new term
+    draws one at random. `skip_unreached=False` runs every known mistake on every public
+    case, even where it cannot differ (the selftest's proof that skipping changes no byte)."""
     folder = project / "fixtures" / name
     if folder.exists() and not force:
         raise FileExistsError(f"{folder} exists; pass --force to rebuild term {name!r}")
     broken = problems(CATALOGUE)
     if broken:  # before minutes of building, and before the old term is removed
         raise ValueError("the catalogue breaks its rules (harness/case_rules.py):\n  " + "\n  ".join(broken))
+    if grading_seed is None:
+        grading_seed = _kept_grading_seed(folder)
     if folder.exists():
         shutil.rmtree(folder)
     reference = Adapters(REFERENCE)
     mistakes = [v for v in VARIANTS.values() if not v.correct]
-    specs = CATALOGUE + [twin(spec, seed) for spec in CATALOGUE if not spec.hidden]
-    built = [_build_case(reference, spec, seed, mistakes, skip_unreached) for spec in specs]
+    specs = CATALOGUE + [twin(spec, grading_seed) for spec in CATALOGUE if not spec.hidden]
+    built = [_build_case(reference, spec, grading_seed if spec.hidden else seed, mistakes, skip_unreached)
+             for spec in specs]
     public = [(c, t) for c, t in built if not c.hidden]
     hidden = [(c, t) for c, t in built if c.hidden]
     meta = {"term": name, "seed": seed, "torch": torch.__version__,
@@ -48,8 +57,17 @@ def build_term(project: Path, name: str, seed: int, force: bool = False, skip_un
             scored[c.function] = scored.get(c.function, 0) + len(checks_for(c))
     hints = {v.name: v.hint for v in mistakes if v.hint}
     write_term(folder, {**meta, "hidden_counts": counts, "scored_hidden": scored, "hints": hints}, *_split(public))
-    write_term(folder / HIDDEN, meta, *_split(hidden))
+    write_term(folder / HIDDEN, {**meta, "grading_seed": grading_seed,
+                                 "built_by": f"{meta['built_by']} --grading-seed {grading_seed}"}, *_split(hidden))
     return folder
+
+
+def _kept_grading_seed(folder: Path) -> int:
+    """The grading seed of the term being rebuilt, or a fresh random one."""
+    try:
+        return int(json.loads((folder / HIDDEN / MANIFEST).read_text())["grading_seed"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return secrets.randbelow(2 ** 31)
 
 
 def _split(built):

@@ -70,6 +70,8 @@ def parser(instructor: bool) -> argparse.ArgumentParser:
     new = term.add_parser("new", help="build fixtures/NAME from the reference and the case catalogue")
     new.add_argument("name")
     new.add_argument("--seed", type=int, required=True, help="fresh inputs and weights; same seed, same bytes")
+    new.add_argument("--grading-seed", type=int, help="hidden cases' and twins' values (kept in hidden/ only); "
+                     "default: the rebuilt term's own, or a random one for a new term")
     new.add_argument("--force", action="store_true", help="replace an existing term")
     verify = term.add_parser("verify", help="check hashes and schema, then run the reference on every case")
     verify.add_argument("name")
@@ -128,7 +130,7 @@ def main(argv=None) -> int:
 
 def term_new(root: Path, args) -> int:
     from harness.build import build_term
-    folder = build_term(root, args.name, args.seed, args.force)
+    folder = build_term(root, args.name, args.seed, args.force, grading_seed=args.grading_seed)
     size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
     print(f"wrote {folder.relative_to(root)} ({size / 1024:.0f} KiB)")
     return 0

@@ -31,8 +31,8 @@ def twice(tmp_path_factory):
     """The same new term (another seed than the pinned one) built into two folders: once as
     `term new` builds it, and once running every known mistake on every case, where the
     first build skips the mistakes whose patched pieces the reference call never used."""
-    return [build_term(tmp_path_factory.mktemp(f"build{i}"), "fresh", SEED + 1, skip_unreached=not i)
-            for i in range(2)]
+    return [build_term(tmp_path_factory.mktemp(f"build{i}"), "fresh", SEED + 1, skip_unreached=not i,
+                       grading_seed=SEED + 2) for i in range(2)]
 
 
 def files(folder):
@@ -51,6 +51,20 @@ def test_building_twice_gives_identical_bytes(twice):
     for rel in files(a):
         assert (a / rel).read_bytes() == (b / rel).read_bytes(), \
             f"{rel} differs between two builds: the build is not deterministic, or a skipped mistake differs"
+
+
+def test_hidden_values_come_from_the_grading_seed_alone(twice, tmp_path):
+    """The public seed (in every student's manifest) and the catalogue do not give the hidden
+    cases or the twins: another grading seed changes every hidden file and no public one; a
+    rebuild without --grading-seed keeps the term's own."""
+    first = twice[0]
+    assert "grading_seed" not in (first / "manifest.json").read_text()
+    other = build_term(tmp_path, "fresh", SEED + 1, grading_seed=SEED + 3)
+    for rel in files(first):
+        same = (first / rel).read_bytes() == (other / rel).read_bytes()
+        assert same == (rel.parts[0] != "hidden"), f"{rel}: {'same' if same else 'differs'} under another grading seed"
+    again = build_term(tmp_path, "fresh", SEED + 1, force=True)
+    assert all((again / rel).read_bytes() == (other / rel).read_bytes() for rel in files(other))
 
 
 def test_another_seed_changes_every_random_expected_value(twice):
