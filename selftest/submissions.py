@@ -55,6 +55,7 @@ ATTACKS = {
     "cpu_storm": ("stubs", "cpu_storm.py"),
     "slow_drip": ("stubs", "slow_drip.py"),
     "malformed_reply": ("stubs", "malformed_reply.py"),
+    "reads_machine": ("stubs", "reads_machine.py"),
 }
 KEYRING_SECRET = "keyring-secret-6061"
 # Attacks on the machine's resources: each runs beside honest work, which must keep full marks.
@@ -127,6 +128,8 @@ def bad_archives(subs: Path) -> None:
     zip_of(subs / "absolute.zip", [("adapters.py", adapters, regular), ("/tmp/absolute.py", b"x = 1\n", regular)])
     zip_of(subs / "symlink.zip", [("adapters.py", b"/etc/passwd", stat.S_IFLNK | 0o777)])
     zip_of(subs / "bomb.zip", [("adapters.py", adapters, regular), ("student/zeros.bin", bytes(100 << 20), regular)])
+    zip_of(subs / "crowded.zip", [("adapters.py", adapters, regular)] +  # a central directory too big to parse
+           [(f"student/{i}.py", b"", regular) for i in range(3000)])
     linked = reference_as_student(subs / "symlinked_adapters")
     (linked / "adapters.py").unlink()
     (linked / "adapters.py").symlink_to(PROJECT / "reference" / "adapters.py")

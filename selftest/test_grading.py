@@ -8,6 +8,7 @@ One file on purpose, so that the machine's two cores grade one batch at a time: 
 a file runs in one worker, one test at a time. (Two graders at once do work: each claims its
 own block of worker uids, and one test here runs two side by side.)"""
 
+import ast
 import csv
 import hashlib
 import json
@@ -28,7 +29,7 @@ import torch
 from conftest import PROJECT, TERM, edit, reference_as_student
 from harness.contract import ADAPTERS
 from harness.grading.grade import grade_all
-from harness.grading.sandbox import Protections
+from harness.grading.sandbox import NOFILE, PIDS, Protections
 from harness.store import Term
 from submissions import (ACCOUNTING_PIECES, ATTACKS, CANARY, EDITED, EDITED_PIECES, EXITS, FULL, KEYRING_SECRET,
                          LOOKUPS, OWNER, PROBE_MISTAKES, RESOURCE_ATTACKS, TWO_BUGS, bad_archives,
@@ -250,6 +251,17 @@ def _assert_keyring_reader_found_nothing(folder):
 
 
 @requires_bwrap
+@requires_bwrap
+def test_machine_wide_counters_read_empty_and_open_files_are_bounded(graded):
+    """/proc's machine-wide counters would carry a neighbour's activity; open files per process
+    times processes per submission stays far below the kernel's shared file table."""
+    said = next(t["output"] for t in _results_json(graded, "reads_machine")["tests"] if "MACHINE" in t["output"])
+    seen = ast.literal_eval(re.search(r"MACHINE (\{.*?\})", said).group(1))
+    assert seen and all(v == 0 for v in seen.values()), said
+    soft, hard = ast.literal_eval(re.search(r"NOFILE (\(\d+, \d+\))", said).group(1))
+    assert hard <= NOFILE and PIDS * NOFILE < int(Path("/proc/sys/fs/file-max").read_text()) // 4, said
+
+
 @pytest.mark.parametrize("name", RESOURCE_ATTACKS)
 def test_an_attack_on_the_machine_costs_only_its_own_submission(graded, name):
     """A disk fill, a 3,000-deep folder, 60 processes of 50 MB, 200 spinning processes and a reply
@@ -411,7 +423,7 @@ def test_hidden_inputs_and_the_environment_never_reach_visible_output(graded):
     assert published and not [m for m in published if "seen so far" in m], "a hidden case showed the code's message"
 
 
-@pytest.mark.parametrize("name", ["traversal", "absolute", "symlink", "bomb", "symlinked_adapters"])
+@pytest.mark.parametrize("name", ["traversal", "absolute", "symlink", "bomb", "crowded", "symlinked_adapters"])
 def test_a_bad_archive_gets_a_status_and_the_batch_goes_on(graded, name):
     result = graded["results"][name]
     assert result.status == "bad-submission" and result.score == 0

@@ -100,3 +100,14 @@ def test_a_submission_cannot_take_the_name_of_a_batch_file():
     from harness.grading.grade import BATCH_FILES, submission_name
     assert {submission_name(Path(name)) for name in BATCH_FILES} == {"_" + name for name in BATCH_FILES}
     assert submission_name(Path("alice.zip")) == "alice" and submission_name(Path(".x")) == "_.x"
+
+
+def test_submissions_whose_safe_names_collide_or_run_long_each_get_their_own():
+    """"a b" and "a_b" make the same safe folder name; a 250-character name would not fit the
+    file system with the grader's prefixes. Each gets a distinct name of bounded length."""
+    from harness.grading.grade import NAME_CHARS, submission_names
+    given = [Path("a b"), Path("a_b"), Path("a_b.zip"), Path("L" * 250), Path("L" * 249 + "M"), Path("bob")]
+    names = submission_names(given)
+    assert len(set(names)) == len(names) and names[-1] == "bob", names
+    assert all(len(n.encode()) <= NAME_CHARS + 9 for n in names), names
+    assert names == submission_names(given), "the same batch gets the same names"

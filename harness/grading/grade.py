@@ -13,6 +13,7 @@ Each grader claims a block of worker uids of its own, so graders run side by sid
 
 import csv
 import fcntl
+import hashlib
 import json
 import os
 import queue
@@ -27,6 +28,7 @@ import tempfile
 import threading
 import time
 import zipfile
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
@@ -154,9 +156,9 @@ class Grader:
         sandbox.close()
         remove_tree(empty)
 
-    def prepare(self, submission: Path) -> tuple[Graded, Path | None]:
+    def prepare(self, submission: Path, name: str) -> tuple[Graded, Path | None]:
         """Vet and copy one submission; the copy holds only adapters.py and student/."""
-        graded = Graded(submission_name(submission))
+        graded = Graded(name)
         unpacked = self.work / f"unpacked-{graded.name}"
         copy = self.work / f"submission-{graded.name}"
         try:
@@ -277,10 +279,27 @@ def _claim_uid_block():
 BATCH_FILES = ("grades.csv", "report.html", "mistakes.csv")  # beside the submissions' folders in --out
 
 
+NAME_CHARS = 80  # a folder name fits the file system's 255 bytes with room for the grader's prefixes
+
+
 def submission_name(submission: Path) -> str:
     """The name a submission's results go under: one safe folder name inside --out."""
     name = re.sub(r"[^\w.@+-]", "_", submission.name.removesuffix(".zip"))
+    if len(name.encode()) > NAME_CHARS:
+        name = name.encode()[:NAME_CHARS - 9].decode(errors="ignore") + "-" + _digest(submission.name)
     return "_" + name if name.startswith(".") or name in ("", *BATCH_FILES) else name
+
+
+def submission_names(submissions: list[Path]) -> list[str]:
+    """One distinct name per submission: where two make the same safe name ("a b" and "a_b"),
+    each takes a short digest of its own file name too, so neither overwrites the other."""
+    names = [submission_name(s) for s in submissions]
+    taken = {n for n in names if names.count(n) > 1}
+    return [f"{n}-{_digest(s.name)}" if n in taken else n for n, s in zip(names, submissions)]
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode(errors="surrogateescape")).hexdigest()[:8]
 
 
 def _unpack(submission: Path, into: Path) -> Path:
@@ -307,6 +326,9 @@ def _unpack(submission: Path, into: Path) -> Path:
 
 def _extract(archive: Path, into: Path) -> None:
     """Check every entry before extracting any: no traversal, absolute paths, links, bombs."""
+    if archive.stat().st_size > MAX_TOTAL:
+        raise BadSubmission(f"the archive is {archive.stat().st_size:,} bytes (at most {MAX_TOTAL:,})")
+    _check_directory_size(archive)
     try:
         with zipfile.ZipFile(archive) as z:
             infos = z.infolist()
@@ -337,8 +359,21 @@ def _extract(archive: Path, into: Path) -> None:
                     if len(data) > info.file_size:
                         raise BadSubmission(f"archive entry {info.filename!r} is larger than its header says")
                     dst.write(data)
-    except (zipfile.BadZipFile, OSError, RuntimeError, NotImplementedError) as e:
-        raise BadSubmission(f"the archive could not be read: {e}") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, UnicodeError, RuntimeError,
+            NotImplementedError) as e:
+        raise BadSubmission(f"the archive could not be read: {type(e).__name__}: {e}") from None
+
+
+def _check_directory_size(archive: Path) -> None:
+    """zipfile holds every central-directory entry in memory, about 12 bytes of RAM per byte of
+    directory: its size, from the end record, is checked before it is parsed."""
+    with archive.open("rb") as f:
+        end = zipfile._EndRecData(f)  # noqa: SLF001 - the standard library's own end-record reader
+    if end is None:
+        raise BadSubmission("the archive could not be read: no end of central directory")
+    if end[zipfile._ECD_SIZE] > MAX_ENTRIES * 1024 or end[zipfile._ECD_ENTRIES_TOTAL] > MAX_ENTRIES:
+        raise BadSubmission(f"the archive lists {end[zipfile._ECD_ENTRIES_TOTAL]:,} entries in a "
+                            f"{end[zipfile._ECD_SIZE]:,}-byte directory (at most {MAX_ENTRIES:,} entries)")
 
 
 def _copy_code(root: Path, copy: Path) -> None:
@@ -442,9 +477,9 @@ def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs
               timeout: float = 600.0, case_timeout: float = 30.0, memory_mb: int = 4096,
               progress=None, require_confinement: bool = False, announce=None,
               protections: Protections | None = None) -> list[Graded]:
-    names = [submission_name(s) for s in submissions]
-    if len(set(names)) != len(names):
-        raise ValueError("two submissions share a name; their results would overwrite each other")
+    names = submission_names(submissions)
+    if len(set(names)) != len(names):  # the same file given twice
+        raise ValueError("a submission is given twice: " + ", ".join(sorted({n for n in names if names.count(n) > 1})))
     grader = Grader(project, term, timeout, case_timeout, memory_mb, require_confinement, protections)
     try:
         return _grade_with(grader, submissions, names, out, jobs, progress, announce)
@@ -459,8 +494,8 @@ def _grade_with(grader: Grader, submissions: list[Path], names: list[str], out: 
         announce(grader.protections.describe())
     out.mkdir(parents=True, exist_ok=True)
     todo: queue.Queue = queue.Queue()
-    for submission in submissions:
-        todo.put(submission)
+    for submission, name in zip(submissions, names):
+        todo.put((submission, name))
     graded: dict[str, Graded] = {}
     lock = threading.Lock()
 
@@ -478,11 +513,11 @@ def _grade_with(grader: Grader, submissions: list[Path], names: list[str], out: 
         try:
             while True:
                 try:
-                    submission = todo.get_nowait()
+                    submission, name = todo.get_nowait()
                 except queue.Empty:
                     return
                 start = time.monotonic()
-                result = _grade_one(grader, driver, submission)
+                result = _grade_one(grader, driver, submission, name)
                 result.seconds = time.monotonic() - start
                 try:
                     _write_results(out / result.name, result, term)
@@ -509,11 +544,11 @@ def _grade_with(grader: Grader, submissions: list[Path], names: list[str], out: 
     return ordered
 
 
-def _grade_one(grader: Grader, driver: Driver, submission: Path) -> Graded:
+def _grade_one(grader: Grader, driver: Driver, submission: Path, name: str) -> Graded:
     """One submission's result: whatever goes wrong becomes its status, never the batch's."""
-    result, copy = Graded(submission_name(submission)), None
+    result, copy = Graded(name), None
     try:
-        result, copy = grader.prepare(submission)
+        result, copy = grader.prepare(submission, name)
         if copy is not None:
             grader.record(result, driver.grade(grader, copy))
     except TimeoutError as e:

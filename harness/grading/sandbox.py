@@ -53,7 +53,11 @@ OOM_DRIVER, OOM_SANDBOX, OOM_WORKER = -900, 500, 1000  # who the OOM killer take
 # submission reading one while another makes it move is a channel between them. Empty in a sandbox.
 HOST_COUNTERS = ("stat", "loadavg", "meminfo", "vmstat", "interrupts", "softirqs", "diskstats", "schedstat",
                  "zoneinfo", "buddyinfo", "pagetypeinfo", "slabinfo", "pressure/cpu", "pressure/memory",
-                 "pressure/io")
+                 "pressure/io", "locks", "sys/fs/file-nr", "sys/fs/inode-nr", "sys/fs/inode-state",
+                 "sys/fs/dentry-state", "sys/fs/aio-nr", "sys/kernel/pty/nr", "sys/kernel/random/entropy_avail")
+# Open files per process: with PIDS processes, at most PIDS x NOFILE of the kernel's file table
+# (fs.file-max, shared by the machine), so one submission cannot starve every other of files.
+NOFILE = 256
 
 
 @dataclass
@@ -322,6 +326,7 @@ class Sandbox:
         resource.setrlimit(resource.RLIMIT_AS, (self.memory, self.memory))
         resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
         resource.setrlimit(resource.RLIMIT_CPU, (self.cpu_seconds, self.cpu_seconds))
         if self.uid is not None:
             resource.setrlimit(resource.RLIMIT_NPROC, (NPROC, NPROC))
