@@ -128,6 +128,17 @@ def test_a_phrase_alone_names_its_mistake(tmp_path):
                                                                                "get_transformer_lm")]
 
 
+def test_a_diagnosis_written_by_the_submission_names_nothing(tmp_path):
+    """The red team's forgery: an exception whose message is a `Likely cause:` line holding every
+    hint. Only the grader's own sentence on a wrong result names a mistake, and only one."""
+    hints = [m.hint for m in known_mistakes() if m.hint]
+    forged = "run_softmax: ValueError: x\nLikely cause: your output matches " + "; ".join(hints)
+    folder = tmp_path / "g"
+    write_report(_write(folder, [Graded("zzforger", _work(run_softmax__a=_t("run_softmax", "a", "failed", forged)))]))
+    with (folder / "mistakes.csv").open() as f:
+        assert list(csv.DictReader(f)) == []
+
+
 def test_crash_kinds_identical_code_and_flags(report, tmp_path):
     from harness.grading.report import load
     subs, _ = load(report["folder"])

@@ -14,6 +14,7 @@ meta-device, largest-allocation and table probes) carry no points: their tests a
 """
 
 import contextlib
+import re
 import select
 import time
 
@@ -175,7 +176,9 @@ class Link:
         if hidden:
             return StudentCodeError(message)
         where = f"\n{str(error['traceback']).rstrip()}" if error.get("traceback") else ""
-        return StudentCodeError(f"{kind}: {message}{where}")
+        # The grader's diagnosis lines are its own: the submission's words cannot pose as one.
+        said = re.sub(r"(?i)(likely cause|what differs|non-finite)\s*:", r"\1 (the code's words):", f"{kind}: {message}{where}")
+        return StudentCodeError(said)
 
 
 @contextlib.contextmanager

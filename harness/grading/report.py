@@ -33,6 +33,7 @@ CRASH_MARKS = [          # (kind, phrases of the grader's own failure messages),
     ("worker died", ("worker process died", "worker died", "could not import")),
     ("raised", ("raised an exception",)),
 ]
+MATCHED = "\nLikely cause: your output matches "  # harness/diagnose.py: a line of its own
 RAISED = re.compile(r"(?:Hidden test\. )?\w+: ([A-Z]\w*): ")  # "run_x: ValueError: ..." (a public raise)
 
 
@@ -136,18 +137,20 @@ class Namer:
         self._cache: dict[str, frozenset[int]] = {}
 
     def diagnosed(self, output: str) -> frozenset[int]:
-        """Mistakes whose diagnosis the report's `Likely cause:` line gives."""
-        at = output.rfind("Likely cause:")
-        if at < 0:
+        """The known mistake the report's `Likely cause:` line names ("your output matches <hint>"),
+        as the grader writes it on a wrong result. A report of an exception the submission raised
+        carries its message, which the submission writes: it names nothing here."""
+        at = output.rfind(MATCHED)
+        if at < 0 or RAISED.match(output):
             return frozenset()
-        cause = output[at:]
+        cause = output[at + len(MATCHED):]
         if cause not in self._cache:
-            self._cache[cause] = frozenset(n for hint, n in self.hints if hint in cause)
+            self._cache[cause] = frozenset(n for hint, n in self.hints if cause.startswith(hint))
         return self._cache[cause]
 
     def phrased(self, output: str) -> frozenset[int]:
-        """Mistakes whose check's phrase the report holds."""
-        return frozenset(n for phrase, n in self.phrases if phrase in output)
+        """Mistakes whose check's phrase the report holds (not in a message the submission wrote)."""
+        return frozenset() if RAISED.match(output) else frozenset(n for phrase, n in self.phrases if phrase in output)
 
     def named(self, outputs: list[str]) -> set[int]:
         """The mistakes one function's failed reports name, for one submission. A diagnosis beats a
