@@ -241,7 +241,9 @@ def _broadcast(a: int, b: int, case, inputs: dict) -> str | None:
     if not all(len(n) == 1 for n in names):
         return None  # ambiguous sizes: say nothing rather than guess
     first, second = names[0][0], names[1][0]
-    if "heads" in (first, second) and case.args.get("num_kv_heads") is not None:
+    # kv heads repeated too few or too many times (a group size from d_model gives d_model heads);
+    # not an axis in the wrong place, which meets heads with seq or d_k
+    if {first, second} in ({"heads", "kv_heads"}, {"heads", "d_model"}):
         return ("the kv heads were expanded to the wrong number of heads: repeat each of the num_kv_heads heads "
                 "num_heads / num_kv_heads times (the group size comes from the head counts, not from d_model)")
     if {first, second} == {"batch", "heads"} and inputs.get("token_positions") is not None:
@@ -263,6 +265,8 @@ def _axis_sizes(case, inputs: dict) -> dict[str, int]:
         axes["heads"] = case.args["num_heads"]
         axes["d_k"] = case.args["d_model"] // case.args["num_heads"]
         axes["d_k / 2"] = axes["d_k"] // 2
+    if case.args.get("num_kv_heads") is not None:
+        axes["kv_heads"] = case.args["num_kv_heads"]
     for name in ("d_model", "d_ff", "vocab_size"):
         if name in case.args:
             axes[name] = case.args[name]

@@ -117,3 +117,23 @@ def test_the_rotation_property_names_sin_cos_halves_only_when_they_are_the_pairs
     for variant, halves in [("raw_dimension_exponent", False), ("sinusoidal_halves_same_frequencies", True)]:
         run = run_suite("--adapters", f"reference.variants:{variant}", "-k", "rotation_of_each_pair")
         assert run.messages and all(("[sin | cos]" in m) == halves for m in run.messages.values()), run.messages
+
+
+def test_a_misplaced_axis_in_grouped_attention_is_not_blamed_on_the_kv_expansion(monkeypatch):
+    """A blind student's SDPA transposed K with transpose(1, 2), which only works for 3-D inputs:
+    the broadcast error meets heads with seq, and the report must not say the kv heads were
+    expanded wrongly (on a case whose kv heads equal its heads, nothing is expanded at all)."""
+    import reference.attention
+
+    def transposed_1_2(Q, K, V, mask=None):
+        scores = Q @ K.transpose(1, 2) / Q.shape[-1] ** 0.5
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ V
+    with monkeypatch.context() as m:
+        m.setattr(reference.attention, "scaled_dot_product_attention", transposed_1_2)
+        run = run_suite("--adapters", "reference.adapters", "--function", "run_grouped_query_attention")
+    said = [m for n, m in run.messages.items() if n in run.failed]
+    assert said and not any("kv heads were expanded" in m for m in said), said
+    run = run_suite("--adapters", "reference.variants:gqa_group_from_d_model", "--function", "run_grouped_query_attention")
+    assert any("kv heads were expanded" in m for n, m in run.messages.items() if n in run.failed)
