@@ -35,6 +35,13 @@ REPORTED = (AssertionError, StudentCodeError, AdaptersError, NotImplementedError
             pytest.fail.Exception, pytest.skip.Exception)
 
 
+# pytest plugins the official suite does not use here: each wraps every test phase (warnings
+# capture, say), and the driver's CPU is a share of the batch's.
+QUIET = [arg for plugin in ("warnings", "faulthandler", "doctest", "junitxml", "pastebin", "stepwise",
+                            "legacypath", "tmpdir", "monkeypatch", "capture")
+         for arg in ("-p", f"no:{plugin}")]
+
+
 class Grading:
     """A pytest plugin: serves the remote adapters and records every verdict."""
 
@@ -106,7 +113,7 @@ def grade(project: Path, term: str, submission: Path, slot: int, settings: dict)
     link = Link(sandbox, settings["case_timeout"], deadline=deadline)
     plugin = Grading(link)
     argv = [str(project / "tests"), "-q", "-p", "no:cacheprovider", "--rootdir", str(project),
-            "--hidden", "--term", term, "--case-timeout", "0"]
+            "--hidden", "--term", term, "--case-timeout", "0", *QUIET]
     log = io.StringIO()
     try:
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):

@@ -140,7 +140,7 @@ class Grader:
         would otherwise give every submission 0 with status ok."""
         sandbox, _ = self._check
         try:
-            worker = sandbox.fork()
+            worker = sandbox.fork(warm_up=False)
             wire.send(worker, {"op": "hello"})
             worker.settimeout(60)
             wire.recv(worker)  # an ImportError reply (no adapters.py) is fine: Python and torch ran
