@@ -417,6 +417,7 @@ register("rope_tables_on_cpu", "cos/sin built in forward without device=",
 
 class _RMSNorm(model.RMSNorm):
     center, axis, use_gain, upcast, fixed_eps, module_dtype, einops_3d = False, -1, True, True, None, False, False
+    eps_outside = False
 
     def forward(self, x):
         wide = x.float() if self.upcast is True or x.dtype == self.upcast else x
@@ -425,7 +426,7 @@ class _RMSNorm(model.RMSNorm):
         eps = self.fixed_eps if self.fixed_eps is not None else self.eps
         square_mean = reduce(wide.pow(2), "b t d -> b t 1", "mean") if self.einops_3d else \
             wide.pow(2).mean(dim=self.axis, keepdim=True)
-        out = wide / torch.sqrt(square_mean + eps)
+        out = wide / (torch.sqrt(square_mean) + eps) if self.eps_outside else wide / torch.sqrt(square_mean + eps)
         return (out * self.weight if self.use_gain else out).to(self.weight.dtype if self.module_dtype else x.dtype)
 
 
@@ -459,6 +460,9 @@ register("rmsnorm_bf16_not_upcast", "RMSNorm upcasts float16 but computes bfloat
 register("rmsnorm_eps_ignored", "eps hard-coded to 1e-6",
          hint="RMSNorm with a hard-coded eps instead of the eps argument",
          mistake=33, model__RMSNorm=_set(_RMSNorm, fixed_eps=1e-6))
+register("rmsnorm_eps_outside_sqrt", "eps added outside the square root",
+         hint="RMSNorm with eps outside the square root, sqrt(mean(x^2)) + eps; it goes inside: "
+              "sqrt(mean(x^2) + eps)", model__RMSNorm=_set(_RMSNorm, eps_outside=True))
 register("swiglu_w1_w3_swapped", "W1 and W3 swapped",
          hint="W1 and W3 swapped: SiLU applies to W1 x, W3 x is the gate",
          mistake=34, model__SwiGLU=_set(_SwiGLU, swap=True))
@@ -504,7 +508,7 @@ class _Block(model.TransformerBlock):
 
 
 class _LM(model.TransformerLM):
-    probabilities, dropout, plain_list = False, 0.0, False
+    probabilities, log_probabilities, dropout, plain_list = False, False, 0.0, False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -518,6 +522,8 @@ class _LM(model.TransformerLM):
         for layer in self.layers:
             x = F.dropout(layer(x), p=self.dropout, training=True) if self.dropout else layer(x)
         logits = self.lm_head(self.ln_final(x))
+        if self.log_probabilities:
+            return logits.log_softmax(dim=-1)
         return logits.softmax(dim=-1) if self.probabilities else logits
 
 
@@ -531,6 +537,9 @@ register("residual_from_normalised", "the residual adds the normalised input",
 register("lm_returns_probabilities", "the LM returns softmax probabilities",
          hint="probabilities (a softmax at the end); the LM returns logits", mistake=38,
          model__TransformerLM=_set(_LM, probabilities=True))
+register("lm_returns_log_probabilities", "the LM returns log-probabilities",
+         hint="log-probabilities (a log_softmax at the end: each row is the logits less their logsumexp); "
+              "the LM returns logits", model__TransformerLM=_set(_LM, log_probabilities=True))
 register("dropout_in_eval", "dropout stays active in eval mode",
          hint="dropout active in eval mode", named_by="eval-mode forwards differ", mistake=39,
          model__TransformerLM=_set(_LM, dropout=0.1))

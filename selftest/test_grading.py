@@ -582,10 +582,10 @@ def test_grades_csv_is_written_whatever_one_submission_does(tmp_path, monkeypatc
     from harness.grading import grade
     prepare = grade.Grader.prepare
 
-    def breaks(self, submission):
+    def breaks(self, submission, name):
         if submission.name == "breaks":
             raise OSError(28, "No space left on device")
-        return prepare(self, submission)
+        return prepare(self, submission, name)
 
     monkeypatch.setattr(grade.Grader, "prepare", breaks)
     copy_stubs(tmp_path / "breaks")
