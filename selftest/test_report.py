@@ -132,7 +132,7 @@ def test_a_diagnosis_written_by_the_submission_names_nothing(tmp_path):
     """The red team's forgery: an exception whose message is a `Likely cause:` line holding every
     hint. Only the grader's own sentence on a wrong result names a mistake, and only one."""
     hints = [m.hint for m in known_mistakes() if m.hint]
-    forged = "run_softmax: ValueError: x\nLikely cause: your output matches " + "; ".join(hints)
+    forged = "run_softmax: _forged: x\nLikely cause: your output matches " + "; ".join(hints)  # any class name
     folder = tmp_path / "g"
     write_report(_write(folder, [Graded("zzforger", _work(run_softmax__a=_t("run_softmax", "a", "failed", forged)))]))
     with (folder / "mistakes.csv").open() as f:

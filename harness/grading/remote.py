@@ -165,6 +165,7 @@ class Link:
         submission's own words are dropped, since the case's inputs could be in them."""
         error = error if isinstance(error, dict) else {}
         kind = str(error.get("type", "Exception"))
+        kind = kind if kind.isidentifier() else "Exception"  # the worker names it: a class name, nothing else
         hidden = self.phase == "hidden"  # even the exception's name is the submission's to choose
         message = "failed on a hidden case" if hidden else str(error.get("message", ""))
         if kind == "NotImplementedError":

@@ -34,7 +34,7 @@ CRASH_MARKS = [          # (kind, phrases of the grader's own failure messages),
     ("raised", ("raised an exception",)),
 ]
 MATCHED = "\nLikely cause: your output matches "  # harness/diagnose.py: a line of its own
-RAISED = re.compile(r"(?:Hidden test\. )?\w+: ([A-Z]\w*): ")  # "run_x: ValueError: ..." (a public raise)
+RAISED = re.compile(r"(?:Hidden test\. )?\w+: (\w+): ")  # "run_x: ValueError: ..." (a public raise; any class name)
 
 
 # CPython 3.11 before 3.11.8 keeps ast.parse's recursion count per interpreter, not per thread:
