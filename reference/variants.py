@@ -251,11 +251,13 @@ def _softmax_no_max(x, dim):
 
 
 def _attention(*, scale=True, invert=False, mask_after=False, dim=-1, swap_qk=False, scale_by="d_k",
-               mask_required=False):
+               mask_required=False, causal_when_none=False):
     def sdpa(Q, K, V, mask=None):
         scores = (K @ Q.transpose(-1, -2)) if swap_qk else (Q @ K.transpose(-1, -2))
         width = V.shape[-1] if scale_by == "d_v" else Q.shape[-1]
         scores = scores / math.sqrt(width) if scale else scores
+        if causal_when_none and mask is None:  # "no mask" read as "the usual causal mask"
+            mask = torch.ones(Q.shape[-2], K.shape[-2], dtype=torch.bool, device=Q.device).tril()
         if mask_required:  # ~None raises: the None case was never tried
             return attention.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ V
         keep = None if mask is None else (~mask if invert else mask)
@@ -332,6 +334,9 @@ register("attention_mask_after_softmax", "the mask zeroes probabilities after th
 register("attention_softmax_over_queries", "softmax over the query axis",
          hint="the softmax taken over the query axis; it runs over the keys (the last axis)", mistake=18,
          attention__scaled_dot_product_attention=_attention(dim=-2))
+register("attention_causal_when_no_mask", "mask=None taken as a causal mask",
+         hint="a causal mask where mask=None asks for none: every query attends to every key",
+         attention__scaled_dot_product_attention=_attention(causal_when_none=True))
 register("causal_mask_hides_diagonal", "causal mask from triu(diagonal=0) hides the diagonal",
          hint="a causal mask that also hides the diagonal (triu without diagonal=1): query i must see key i",
          named_by="diagonal", mistake=19,
@@ -612,11 +617,19 @@ def _softmax_global_max(x, dim):
     return e / e.sum(dim=dim, keepdim=True)
 
 
+def _softmax_last_axis_max(x, dim):
+    e = (x - x.amax(dim=-1, keepdim=True)).exp()  # the max of the last axis, whatever dim is
+    return e / e.sum(dim=dim, keepdim=True)
+
+
 def _softmax_mean(x, dim):
     e = (x - x.mean(dim=dim, keepdim=True)).exp()
     return e / e.sum(dim=dim, keepdim=True)
 
 
+register("softmax_max_over_last_axis", "softmax subtracts the last axis's max whatever dim is",
+         hint="softmax that subtracts the max over the last axis, not over dim: take x.amax(dim, keepdim=True)",
+         attention__softmax=_softmax_last_axis_max)
 register("softmax_subtracts_mean", "softmax subtracts each slice's mean instead of its max",
          named_by="not the mean", attention__softmax=_softmax_mean)
 register("softmax_global_max", "softmax subtracts the global max, not each slice's", named_by="not the global max",
