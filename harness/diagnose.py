@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 TOP, RANDOM = 16, 16
-MATCH_SLACK = 1
+MATCH_SLACK = 1  # a fingerprint matches within the case's own tolerance: 10x named one eps mistake as another
 
 
 def fingerprint(variant_out, expected, seed: int, atol: float, rtol: float) -> dict | None:

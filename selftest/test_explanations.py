@@ -137,3 +137,15 @@ def test_a_misplaced_axis_in_grouped_attention_is_not_blamed_on_the_kv_expansion
     assert said and not any("kv heads were expanded" in m for m in said), said
     run = run_suite("--adapters", "reference.variants:gqa_group_from_d_model", "--function", "run_grouped_query_attention")
     assert any("kv heads were expanded" in m for n, m in run.messages.items() if n in run.failed)
+
+
+def test_a_fingerprint_matches_only_within_the_cases_own_tolerance():
+    """A blind student's GPT-2 block that ignored eps=1e-3 matched the stored sample of another eps
+    mistake within 5x the case's tolerance, and was named as that mistake."""
+    from harness.diagnose import matching_variant
+    fp = {"idx": torch.tensor([0, 1]), "val": torch.tensor([1.0, 2.0])}
+    atol, rtol = 1e-3, 1e-3
+    near = torch.tensor([1.0 + 0.5 * (atol + rtol), 2.0])  # within the case's tolerance
+    off = torch.tensor([1.0 + 5 * (atol + rtol), 2.0])     # within 10x, not 1x
+    assert matching_variant(near, {"eps_mistake": fp}, atol, rtol) == "eps_mistake"
+    assert matching_variant(off, {"eps_mistake": fp}, atol, rtol) is None
