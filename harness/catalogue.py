@@ -19,7 +19,7 @@ from harness.contract import ADAPTERS, block_weight_shapes, gpt2_block_weight_sh
     lm_weight_shapes
 from harness.contract import rope_tolerance, sinusoidal_tolerance  # noqa: F401  (per-case tolerances below)
 from harness.paths import leaves
-from harness.store import Case, swap_view
+from harness.store import Case, grid_exponent, swap_view
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def on_grid(t: torch.Tensor) -> torch.Tensor:
     float32, stored in 16 bits (store._packed), and still changed by a float16 or bfloat16
     round trip (11 and 8 significant bits) for most values. For weights, whose exact values
     matter to no check; never for inputs whose precision a case is about."""
-    step = 2.0 ** (torch.floor(torch.log2(t.abs().max().clamp_min(1e-30))).item() - 14)
+    step = 2.0 ** -grid_exponent(t)
     return ((t / step).round() * step + 0.0).to(torch.float32)  # + 0.0: no -0.0, which 16 bits cannot hold
 
 

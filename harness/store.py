@@ -9,7 +9,7 @@ import hashlib
 import json
 import re
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -213,9 +213,6 @@ def _read_manifest(folder: Path, files: dict, prefix: str) -> dict:
 SPARSE = ("#shape", "#idx", "#val")
 
 
-# A float32 tensor whose values are all k * 2^-e with |k| < 2^15 (weights the catalogue draws
-# on_grid) is stored as int16 k and e. Lossless too: anything else stays float32.
-
 def _sparse(key: str, t: torch.Tensor) -> dict[str, torch.Tensor]:
     flat = t.reshape(-1)
     if not t.is_floating_point() or flat.numel() * t.element_size() < 4096:
@@ -227,10 +224,18 @@ def _sparse(key: str, t: torch.Tensor) -> dict[str, torch.Tensor]:
             **_packed(key + "#val", flat[idx].clone())}
 
 
+# A float32 tensor whose values are all k * 2^-e with |k| < 2^15 (weights the catalogue draws
+# on_grid) is stored as int16 k and e. Lossless too: anything else stays float32.
+
+def grid_exponent(t: torch.Tensor) -> int:
+    """e such that the largest |value| of t is 2^14 to 2^15 steps of 2^-e."""
+    return 14 - int(torch.floor(torch.log2(t.abs().max().clamp_min(1e-30))).item())
+
+
 def _packed(key: str, t: torch.Tensor) -> dict[str, torch.Tensor]:
     if t.dtype != torch.float32 or t.numel() < 256 or not torch.isfinite(t).all() or not t.abs().max() > 0:
         return {key: t}
-    e = 14 - int(torch.floor(torch.log2(t.abs().max())).item())
+    e = grid_exponent(t)
     k = torch.ldexp(t.double(), torch.tensor(e)).round().clamp(-32767, 32767)
     if not torch.equal(_unpacked(k.to(torch.int16), e).view(torch.int32), t.view(torch.int32)):
         return {key: t}  # not on a grid (or a -0.0): as it is
@@ -287,8 +292,8 @@ def write_term(folder: Path, meta: dict, cases: list[Case], tensors: dict[str, d
 def _manifest_text(head: dict, cases: list[Case]) -> str:
     """The manifest: its head indented, then one case per line without the fields left at their
     defaults (Case fills them in): small, and a term diff shows one line per changed case."""
-    defaults = asdict(Case("", "", {}, []))
-    lines = [json.dumps({k: v for k, v in asdict(c).items() if k in ("function", "name", "args", "inputs") or v != defaults[k]},
+    defaults = {f.name: f.default if f.default_factory is MISSING else f.default_factory() for f in fields(Case)}
+    lines = [json.dumps({k: v for k, v in asdict(c).items() if defaults[k] is MISSING or v != defaults[k]},
                         separators=(",", ":")) for c in cases]
     return json.dumps(head, indent=1)[:-2] + ',\n "cases": [\n  ' + ",\n  ".join(lines) + "\n ]\n}\n"
 
