@@ -138,10 +138,9 @@ class Namer:
 
     def diagnosed(self, output: str) -> frozenset[int]:
         """The known mistake the report's `Likely cause:` line names ("your output matches <hint>"),
-        as the grader writes it on a wrong result. A report of an exception the submission raised
-        carries its message, which the submission writes: it names nothing here."""
+        as the grader writes it on a wrong result."""
         at = output.rfind(MATCHED)
-        if at < 0 or RAISED.match(output):
+        if at < 0:
             return frozenset()
         cause = output[at + len(MATCHED):]
         if cause not in self._cache:
@@ -149,13 +148,15 @@ class Namer:
         return self._cache[cause]
 
     def phrased(self, output: str) -> frozenset[int]:
-        """Mistakes whose check's phrase the report holds (not in a message the submission wrote)."""
-        return frozenset() if RAISED.match(output) else frozenset(n for phrase, n in self.phrases if phrase in output)
+        """Mistakes whose check's phrase the report holds."""
+        return frozenset(n for phrase, n in self.phrases if phrase in output)
 
     def named(self, outputs: list[str]) -> set[int]:
         """The mistakes one function's failed reports name, for one submission. A diagnosis beats a
         phrase: where any report gives one, phrases (which some checks print as a general hint,
-        "0.5 means MACs were counted") are not counted."""
+        "0.5 means MACs were counted") are not counted. A report of an exception the submission
+        raised carries its message, which the submission writes: it names nothing."""
+        outputs = [o for o in outputs if not RAISED.match(o)]
         diagnosed = set().union(*map(self.diagnosed, outputs))
         return diagnosed or set().union(*map(self.phrased, outputs))
 
