@@ -64,7 +64,7 @@ NOFILE = 256
 class Protections:
     bwrap: str | None
     uid_drop: bool
-    seccomp: bool = False      # the keyring and user-namespace filter (needs bwrap)
+    seccomp: bool = False      # the keyring, sysinfo and user-namespace filter
     cgroup: str | None = None  # "v1" or "v2": per-submission limits; None: rlimits per process
 
     @classmethod
@@ -75,7 +75,7 @@ class Protections:
             bwrap = None  # installed but unusable here (no user namespaces, seccomp)
         # Without bwrap's mounts, another uid must be able to reach Python and its packages itself.
         uid_drop = os.geteuid() == 0 and (bwrap is not None or _readable_by_others(_system_paths()))
-        return cls(bwrap, uid_drop, bwrap is not None and _seccomp_works(bwrap), Cgroup.detect())
+        return cls(bwrap, uid_drop, _seccomp_works(bwrap), Cgroup.detect())
 
     @property
     def confined(self) -> bool:
@@ -96,9 +96,9 @@ class Protections:
         else:
             off += ["filesystem allow-list", "no network", "PID namespace (install bubblewrap)"]
         if self.seccomp:
-            on.append("seccomp (no kernel keyring, no user namespaces)")
+            on.append("seccomp (no kernel keyring, no sysinfo, no user namespaces)")
         else:
-            off.append("seccomp keyring filter (needs bubblewrap on x86_64 or aarch64)")
+            off.append("seccomp filter (needs x86_64 or aarch64, and prctl allowed)")
         if self.uid_drop:
             on.append("unprivileged uid per slot")
         else:
@@ -165,6 +165,8 @@ class Sandbox:
         ours, theirs = socket.socketpair()
         read, write = os.pipe()
         filter_fd = self._seccomp_fd()
+        # Without bubblewrap the worker loads the same filter itself, just before exec.
+        self._seccomp = SeccompLoader() if self.protections.seccomp and not self.protections.bwrap else None
         fds = [theirs.fileno()] + ([filter_fd] if filter_fd is not None else [])
         try:
             self.process = subprocess.Popen(
@@ -335,6 +337,8 @@ class Sandbox:
                 os.setgroups([])
                 os.setgid(self.uid)
                 os.setuid(self.uid)
+        if self._seccomp is not None:
+            self._seccomp.load()
 
 
 class Cgroup:
@@ -541,23 +545,26 @@ def remove_tree(root: Path) -> bool:
 
 _SYSCALLS = {  # audit arch, and the syscall numbers the filter needs
     "x86_64": (0xC000003E, {"add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272,
-                            "clone": 56, "clone3": 435}),
+                            "sysinfo": 99, "clone": 56, "clone3": 435}),
     "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219, "unshare": 97,
-                             "clone": 220, "clone3": 435}),
+                             "sysinfo": 179, "clone": 220, "clone3": 435}),
 }
+DENIED = ("add_key", "request_key", "keyctl", "unshare", "sysinfo")
 
 
 def seccomp_filter() -> bytes:
-    """A classic BPF program for bwrap's --seccomp: the kernel keyring (the one store that outlives
-    every process and is shared by a uid) and new user namespaces (unshare, clone with
-    CLONE_NEWUSER) fail with EPERM; clone3, whose flags a filter cannot read, fails with ENOSYS
-    (the C library then uses clone); a foreign ABI (i386, x32) gets EPERM for everything."""
+    """A classic BPF program (bwrap's --seccomp, or loaded by `_limits` without bubblewrap): the
+    kernel keyring (the one store that outlives every process and is shared by a uid), sysinfo
+    (its process count and free memory are the whole machine's: a channel between neighbours) and
+    new user namespaces (unshare, clone with CLONE_NEWUSER) fail with EPERM; clone3, whose flags a
+    filter cannot read, fails with ENOSYS (the C library then uses clone); a foreign ABI (i386,
+    x32) gets EPERM for everything."""
     arch, nr = _SYSCALLS[platform.machine()]
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
     load, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     program = [(load, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, eperm),
                (load, 0, 0, 0), (jge, 0, 1, 0x40000000), (ret, 0, 0, eperm)]
-    for name in ("add_key", "request_key", "keyctl", "unshare"):
+    for name in DENIED:
         program += [(jeq, 0, 1, nr[name]), (ret, 0, 0, eperm)]
     program += [(jeq, 0, 1, nr["clone3"]), (ret, 0, 0, enosys),
                 (jeq, 1, 0, nr["clone"]), (ret, 0, 0, allow),
@@ -565,16 +572,22 @@ def seccomp_filter() -> bytes:
     return b"".join(struct.pack("=HBBI", *op) for op in program)
 
 
-def _seccomp_works(bwrap: str) -> bool:
-    """The filter loads, and with it keyctl fails while Python runs."""
+def _seccomp_works(bwrap: str | None) -> bool:
+    """The filter loads (through bwrap, or else by prctl in the worker's own start), and with it
+    keyctl and sysinfo fail while Python runs."""
     if platform.machine() not in _SYSCALLS:
         return False
+    nr = _SYSCALLS[platform.machine()][1]
+    check = ("import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); "
+             f"sys.exit(0 if libc.syscall({nr['keyctl']}, 0, -3, 0) == -1 and ctypes.get_errno() == 1 "
+             f"and libc.syscall({nr['sysinfo']}, ctypes.create_string_buffer(256)) == -1 else 1)")
+    if bwrap is None:
+        loader = SeccompLoader()
+        return subprocess.run([sys.executable, "-I", "-c", check], capture_output=True,
+                              preexec_fn=loader.load).returncode == 0
     read, write = os.pipe()
     os.write(write, seccomp_filter())
     os.close(write)
-    check = ("import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); "
-             f"sys.exit(0 if libc.syscall({_SYSCALLS[platform.machine()][1]['keyctl']}, 0, -3, 0) == -1 "
-             "and ctypes.get_errno() == 1 else 1)")
     try:
         args = [bwrap, "--seccomp", str(read)]
         for path in _system_paths():
@@ -583,6 +596,28 @@ def _seccomp_works(bwrap: str) -> bool:
                               capture_output=True).returncode == 0
     finally:
         os.close(read)
+
+
+class SeccompLoader:
+    """The filter for a child without bubblewrap: built before the fork, loaded by `load()` in
+    the child just before exec (no new privileges first, so any uid may load it)."""
+
+    def __init__(self):
+        import ctypes
+
+        class Program(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+        self._ctypes = ctypes
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._code = ctypes.create_string_buffer(seccomp_filter())
+        self._program = Program(len(self._code.raw) // 8, ctypes.addressof(self._code))
+
+    def load(self) -> None:
+        c = self._ctypes
+        if self._libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+            raise OSError(c.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+        if self._libc.prctl(22, 2, c.byref(self._program), 0, 0) != 0:  # PR_SET_SECCOMP, MODE_FILTER
+            raise OSError(c.get_errno(), "prctl(PR_SET_SECCOMP) failed")
 
 
 def _system_paths() -> list[Path]:
@@ -596,10 +631,17 @@ def _system_paths() -> list[Path]:
 
 
 def _readable_by_others(paths: list[Path]) -> bool:
+    """Whether another uid can use every path: a file readable, a folder listable (Python's
+    import system lists the folders on sys.path), every folder above it traversable."""
     for path in paths:
-        for folder in [path.resolve(), *path.resolve().parents]:
-            if folder.exists() and not folder.stat().st_mode & 0o001:
-                return False
+        target = path.resolve()
+        if not target.exists():
+            continue
+        need = 0o005 if target.is_dir() else 0o004
+        if target.stat().st_mode & need != need:
+            return False
+        if any(not folder.stat().st_mode & 0o001 for folder in target.parents):
+            return False
     return True
 
 
