@@ -128,8 +128,8 @@ class Progress:
         earned = sum(self.points(n) for n in self.results)
         public = sum(self.max_public_points(n) for n in functions)
         scope = "" if self.full_run() else " that ran"
-        lines = [f"Total: {earned:.1f}/{total:g} points from the public tests{scope} (a must-raise or "
-                 "property test earns only once an output case passes)"]
+        lines = [f"Total: {earned:.1f}/{total:g} points from the public tests{scope}, an estimate: as if each "
+                 "hidden twin passes as its public case did (the grade counts fresh values only)"]
         if hidden:
             lines.append(f"Hidden cases (+N above, {sum(hidden.values())} never run here) are worth the other "
                          f"{total - public:.1f} points: graded like these, with other values.")

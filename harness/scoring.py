@@ -1,19 +1,21 @@
 """Which tests earn a function's points: the one rule the grader and the progress table share.
 
 A function's points split evenly, in 1/10,000ths (so the shares add up exactly), over its tests
-that carry points: its public tests and its own hidden cases. Two kinds carry none:
-- a hidden twin (a public case again, on fresh values): it decides whether its public case earns;
-- a report-only verdict (a probe that runs in the submission's own process, README "Grading").
+that carry points: its public tests and its own hidden cases. A report-only verdict (a probe
+that runs in the submission's own process, README "Grading") carries none.
 
-A test that passed earns its share when
-- it has a twin: the twin passed too (values the student has seen prove nothing alone);
-- it is not an output or gradient check (must-raise, property, probe): the function is proved
-  to work, that is an output check of it passed on fresh values (for a module builder: its
-  forward against a function's fixtures and their twins, a `forward_values` test). Code that
-  raises on every input, returns anything of the right shape, or answers from the public
-  fixtures has not earned it.
+Points are earned on values the student has not seen:
+- a public case with its hidden twin (the same case on fresh values) loaded: the twin holds
+  the public case's share, and earns it when the twin passes, whatever the public case did.
+  So a public verdict never moves a score (a lookup of the public answers laid over buggy code
+  earns what the buggy code earns), and the grader can show it before grades are published;
+- a test that is not an output or gradient check (must-raise, property, probe) earns once the
+  function is proved to work: an output check of it passed on fresh values (for a module
+  builder: its forward against a function's fixtures and their twins, a `forward_values` test).
+  Code that raises on every input, returns anything of the right shape, or answers from the
+  public fixtures has not earned it.
 
-A student's own run has no twins: `twins_unseen` counts a passed public case as if its twin
+A student's own run has no twins: `twins_unseen` judges a public case on itself, as if its twin
 passed too, so the table never shows less than the grader could give for the same code, and
 never more than the grader gives when the twins pass.
 """
@@ -39,7 +41,7 @@ class Result:
 
 def scores(results: list[Result], twins_unseen: bool = False) -> dict[str, tuple[float, float]]:
     """Per test id: (score, max_score); each function's max_scores add up to its points."""
-    outcome = {r.id: r.outcome for r in results}
+    by_id = {r.id: r for r in results}
     fresh = {r.function for r in results
              if r.check == "output" and r.outcome == "passed" and (r.hidden or twins_unseen)}
     by_function: dict[str, list[Result]] = {}
@@ -54,7 +56,11 @@ def scores(results: list[Result], twins_unseen: bool = False) -> dict[str, tuple
         proved = fn in fresh
         for r in tests:
             share = shares.get(r.id, 0.0)
-            earned = (r.outcome == "passed" and (r.check in ON_VALUES or proved)
-                      and (not r.twin or twins_unseen or outcome.get(r.twin) == "passed"))
-            out[r.id] = (share if earned else 0.0, share)
+            twin = by_id.get(r.twin) if r.twin else None
+            judged = twin or r  # with its twin loaded, a public case is judged on fresh values alone
+            earned = share if judged.outcome == "passed" and (r.check in ON_VALUES or proved) else 0.0
+            if twin is not None:
+                out[r.id], out[twin.id] = (0.0, 0.0), (earned, share)
+            else:
+                out.setdefault(r.id, (earned, share))
     return out

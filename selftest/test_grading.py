@@ -346,8 +346,9 @@ def test_lying_to_a_probe_in_the_worker_earns_nothing(graded, probe):
 
 
 def test_scores_need_fresh_values():
-    """The rule on its own: a public check earns with its twin, a property once an output case
-    passes on fresh values (a module builder: its own forward on fresh values)."""
+    """The rule on its own: a public check's points are its twin's, earned on fresh values alone
+    (whatever the public verdict), a property's once an output case passes on fresh values (a
+    module builder: its own forward on fresh values)."""
     from harness.grading.grade import Graded, Test
 
     def score(outcomes: dict) -> float:
@@ -364,11 +365,13 @@ def test_scores_need_fresh_values():
 
     passed = "passed"
     assert score({"public": passed, "property": passed, "probe": passed}) == {
-        "public": (0.0, 0.5), "twin": (0.0, 0.0), "property": (0.0, 0.5), "probe": (0.0, 0.0),
+        "public": (0.0, 0.0), "twin": (0.0, 0.5), "property": (0.0, 0.5), "probe": (0.0, 0.0),
         "module": (0.0, 2.0), "forward": (0.0, 2.0), "lm": (0.0, 5.0)}
     every = score(dict.fromkeys(["public", "twin", "property", "probe", "module", "forward", "lm"], passed))
-    assert every["public"] == every["property"] == (0.5, 0.5) and every["module"] == (2.0, 2.0)
-    assert score({"twin": passed, "property": passed, "module": passed})["property"] == (0.5, 0.5)
+    assert every["twin"] == every["property"] == (0.5, 0.5) and every["module"] == (2.0, 2.0)
+    assert every["public"] == (0.0, 0.0)  # a public verdict moves no score: it is shown before publication
+    twin_only = score({"twin": passed, "property": passed, "module": passed})
+    assert twin_only["property"] == twin_only["twin"] == (0.5, 0.5)
     assert score({"module": passed})["module"] == (0.0, 2.0)
     # the function's values prove nothing about the module: only its own forward does (a lazy builder)
     assert score({"lm": passed, "module": passed})["module"] == (0.0, 2.0)
@@ -436,7 +439,9 @@ def test_every_submission_has_results_and_junit(graded):
         data = _results_json(graded, name)
         assert {"score", "output", "tests"} <= set(data)
         for t in data["tests"]:
-            assert {"name", "score", "max_score", "status", "output", "visibility"} <= set(t)
+            assert {"name", "status", "output", "visibility"} <= set(t)
+            # before grades are published, nothing shown depends on a hidden outcome: no points
+            assert t["visibility"] != "visible" or "score" not in t, t
         assert (graded["out"] / name / "junit.xml").read_text().startswith("<?xml")
 
 

@@ -11,6 +11,7 @@ submission gets a status and a results.json, and the rest of the batch is graded
 Each grader claims a block of worker uids of its own, so graders run side by side.
 """
 
+import contextlib
 import csv
 import fcntl
 import hashlib
@@ -171,7 +172,7 @@ class Grader:
             graded.output = str(e)
             remove_tree(copy)
             return graded, None
-        except (OSError, ValueError, UnicodeError) as e:  # a full disk, an unreadable file: this one only
+        except (OSError, ValueError, UnicodeError, MemoryError) as e:  # a full disk, an unreadable file: this one only
             graded.status, graded.output = "grader-error", f"the submission could not be copied: {e}"
             remove_tree(copy)
             return graded, None
@@ -415,46 +416,54 @@ def printable(text: str) -> str:
 
 
 def results_json(graded: Graded, term: str) -> dict:
-    """Gradescope's results format. Hidden tests show after grades are published."""
+    """Gradescope's results format. Nothing a student sees before grades are published depends
+    on a hidden outcome: visible tests show the public verdict and no points; the hidden cases,
+    the twins and the points (one entry per function) are published with the grades, and so is
+    the total (Gradescope hides it while any test is unpublished)."""
     scores = graded.scores()
     status_note = STATUS_NOTES[graded.status]
     if graded.status in ("bad-submission", "no-adapters"):  # a grader-error's details are the staff's
         status_note += graded.output[:2000] + "\n"
-    tests = []
+    tests, points = [], {}
     for t in graded.tests:
-        score, max_score = scores[t.id]
         fn = t.adapter or "other"
+        earned, most = points.get(fn, (0.0, 0.0))
+        points[fn] = (earned + scores[t.id][0], most + scores[t.id][1])
         tests.append({
             "name": f"{fn}: {t.id.split('::')[-1]}",
-            "score": round(score, 4), "max_score": round(max_score, 4),
             "status": "passed" if t.outcome == "passed" else "failed",
-            "output": (("Hidden test. " if t.hidden else "") + (t.message or _unearned(t, score, max_score)))[:4000],
+            "output": (("Hidden test. " if t.hidden else "") + (t.message or _about(t)))[:4000],
             "visibility": "after_published" if t.hidden else "visible",
             "tags": [ADAPTERS[fn].unit] if fn in ADAPTERS else [],
         })
+    for fn, (earned, most) in points.items():
+        if most:
+            tests.append({"name": f"{fn}: points", "score": round(earned, 4), "max_score": round(most, 4),
+                          "status": "passed" if earned == most else "failed", "output": POINTS_NOTE,
+                          "visibility": "after_published", "tags": [ADAPTERS[fn].unit] if fn in ADAPTERS else []})
     hidden = sum(t.hidden for t in graded.tests)
     return {
         "score": round(graded.score, 4),
-        "output": (f"{status_note}Term {term}. {hidden} of {len(graded.tests)} tests are hidden and appear "
-                   "after grades are published."),
+        "output": (f"{status_note}Term {term}. The tests below show what your code did on the public cases; "
+                   f"they carry no points. {hidden} of {len(graded.tests)} tests are hidden, and they, the "
+                   "points and the total appear when grades are published."),
+        "visibility": "after_published",
         "stdout_visibility": "hidden",
         "tests": tests,
     }
 
 
-def _unearned(t: Test, score: float, max_score: float) -> str:
-    """Why a passed test earned nothing, or what a test without points is for."""
-    if t.outcome != "passed":
-        return ""
-    if not max_score:
-        return ("Passed. Reported only: this verdict rests on what the code says about itself, so it "
-                "carries no points." if not t.check else "")
-    if score:
-        return ""
-    if t.twin:
-        return ("Passed, but a public case earns its points only when its hidden twin (the same case on "
-                "values you have not seen) passes too.")
-    return "Passed, but this test earns its points only once an output case of this function passes on hidden values."
+POINTS_NOTE = ("Points are earned on values you have not seen: each public case's share goes to its hidden "
+               "twin (the same check on fresh values), and a must-raise or property test earns once an output "
+               "case passes on fresh values. A report-only check carries none.")
+
+
+def _about(t: Test) -> str:
+    """What a test without a message is for (a passed one says nothing of its points: they
+    depend on the hidden outcomes)."""
+    if t.outcome == "passed" and not t.points and not t.check and not t.hidden:
+        return "Passed. Reported only: this verdict rests on what the code says about itself."
+    return ""
 
 
 def junit_xml(graded: Graded) -> str:
@@ -480,11 +489,33 @@ def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs
     names = submission_names(submissions)
     if len(set(names)) != len(names):  # the same file given twice
         raise ValueError("a submission is given twice: " + ", ".join(sorted({n for n in names if names.count(n) > 1})))
-    grader = Grader(project, term, timeout, case_timeout, memory_mb, require_confinement, protections)
+    with _bounded_grader():
+        grader = Grader(project, term, timeout, case_timeout, memory_mb, require_confinement, protections)
+        try:
+            return _grade_with(grader, submissions, names, out, jobs, progress, announce)
+        finally:
+            grader.close()
+
+
+GRADER_MEMORY = 4 << 30  # the grader's own address space (torch imported: ~0.7 GB)
+
+
+@contextlib.contextmanager
+def _bounded_grader():
+    """While grading, this process has a memory limit and the drivers' OOM priority: whatever a
+    submission makes it read, it fails with a MemoryError for that submission alone, and the OOM
+    killer takes a submission's processes first. Both are restored after (an in-process caller)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    score = Path("/proc/self/oom_score_adj")
+    before = score.read_text().strip() if score.exists() else "0"
+    limit = GRADER_MEMORY if hard == resource.RLIM_INFINITY else min(GRADER_MEMORY, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit if soft == resource.RLIM_INFINITY else min(soft, limit), hard))
+    set_oom_score(OOM_DRIVER)
     try:
-        return _grade_with(grader, submissions, names, out, jobs, progress, announce)
+        yield
     finally:
-        grader.close()
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        set_oom_score(int(before))
 
 
 def _grade_with(grader: Grader, submissions: list[Path], names: list[str], out: Path, jobs: int, progress,
