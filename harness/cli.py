@@ -85,6 +85,11 @@ def parser(instructor: bool) -> argparse.ArgumentParser:
     rel.add_argument("out", type=Path)
     rel.add_argument("--term", default=None, help="fixture term (default: the one pyproject.toml pins)")
 
+    scope = sub.add_parser("gradescope", help="write the Gradescope autograder zip: setup.sh and run_autograder "
+                                              "at its root, the grading harness, the term with its hidden cases")
+    scope.add_argument("out", type=Path, help="the zip to write, e.g. autograder.zip")
+    scope.add_argument("--term", default=None, help="fixture term (default: the one pyproject.toml pins)")
+
     grade = sub.add_parser("grade", help="grade submissions (folders or zips) in isolated subprocesses")
     grade.add_argument("submissions", nargs="+", type=Path)
     grade.add_argument("--term", default=None, help="fixture term (default: the one pyproject.toml pins)")
@@ -202,6 +207,15 @@ def release_cmd(root: Path, args) -> int:
     term = args.term or pinned_term(root)
     out = release(root, args.out, term)
     print(f"wrote the student release of term {term} to {out}")
+    return 0
+
+
+def gradescope_cmd(root: Path, args) -> int:
+    from harness.grading.gradescope import build_zip
+    term = args.term or pinned_term(root)
+    names = build_zip(root, args.out, term)
+    print(f"wrote {args.out} ({len(names)} files, term {term} with its hidden cases); upload it as the "
+          "assignment's autograder (README, \"Grading on Gradescope\")")
     return 0
 
 
@@ -344,6 +358,7 @@ COMMANDS = {
     ("term", "diff"): term_diff,
     ("term", "use"): term_use,
     ("release", None): release_cmd,
+    ("gradescope", None): gradescope_cmd,
     ("grade", None): grade_cmd,
     ("contract", None): contract_render,
     ("mistakes", None): mistakes_table,

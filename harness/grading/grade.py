@@ -38,8 +38,9 @@ from harness.contract import ADAPTERS
 from harness.grading import wire
 from harness.grading.report import code_hash
 from harness.scoring import Result, scores
-from harness.grading.sandbox import (BASE_UID, OOM_DRIVER, UID_BLOCK, UID_BLOCKS, Cgroup, Protections, Sandbox,
-                             kill_group, kill_uid, remove_orphan_sandboxes, remove_tree, set_oom_score)
+from harness.grading.sandbox import (BASE_UID, OOM_DRIVER, UID_BLOCK, UID_BLOCKS, WORKER_UIDS, Cgroup, Protections,
+                                     Sandbox, kill_group, kill_uid, kill_until_none, remove_orphan_sandboxes,
+                                     remove_tree, set_oom_score, uid_processes)
 from harness.store import Term
 
 MAX_ENTRIES = 2000          # files in one submission
@@ -275,6 +276,23 @@ def _claim_uid_block():
         return lock, block * UID_BLOCK
     raise BadSetup(f"all {UID_BLOCKS} blocks of worker uids are in use by other `harness grade` runs: "
                    "wait for one to finish")
+
+
+def kill_leftover_workers() -> bool:
+    """Kill every process of a worker uid whose block no grader holds (graders beside this one
+    keep theirs): after grading, nothing a submission started may live on. False if one did."""
+    if os.geteuid() != 0 or not uid_processes(WORKER_UIDS):  # no uid drop without root
+        return True
+    killed = True
+    for block in range(UID_BLOCKS):
+        with open(UIDS_LOCK.format(block), "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            uids = range(BASE_UID + block * UID_BLOCK, BASE_UID + (block + 1) * UID_BLOCK)
+            killed &= kill_until_none(lambda: uid_processes(uids), 30)
+    return killed
 
 
 BATCH_FILES = ("grades.csv", "report.html", "mistakes.csv")  # beside the submissions' folders in --out

@@ -42,6 +42,7 @@ WORKER_MODULES = ("__init__.py", "paths.py", "probes.py", "grading/__init__.py",
 BASE_UID = 61000  # one uid per parallel grading slot, so slots cannot signal or starve each other
 UID_BLOCK = 16    # slots (uids) per grader: `harness grade` claims a free block, so graders run side by side
 UID_BLOCKS = 64
+WORKER_UIDS = range(BASE_UID, BASE_UID + UID_BLOCK * UID_BLOCKS)  # every grader's, all blocks
 NPROC = 256       # processes and threads per uid
 PIDS = 512        # processes and threads per submission (cgroup)
 FILE_LIMIT = 64 << 20
@@ -689,13 +690,13 @@ def kill_group(process: subprocess.Popen) -> None:
     process.wait()
 
 
-def uid_processes(uid: int) -> list[int]:
-    """Live processes of a uid (a zombie is dead already: it waits only for its parent)."""
+def uid_processes(uids) -> list[int]:
+    """Live processes of these uids (a zombie is dead already: it waits only for its parent)."""
     found = []
     for p in os.listdir("/proc"):
         if p.isdigit():
             try:
-                if os.stat(f"/proc/{p}").st_uid == uid and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX":
+                if os.stat(f"/proc/{p}").st_uid in uids and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX":
                     found.append(int(p))
             except (OSError, IndexError):
                 pass
@@ -705,7 +706,7 @@ def uid_processes(uid: int) -> list[int]:
 def kill_uid(uid: int, seconds: float = 10.0) -> bool:
     """SIGKILL every process of a slot's uid (used as root, where the uid is the slot's alone),
     until none is left: a PID namespace's teardown is asynchronous. False if some outlived it."""
-    return kill_until_none(lambda: uid_processes(uid), seconds)
+    return kill_until_none(lambda: uid_processes((uid,)), seconds)
 
 
 def kill_until_none(find, seconds: float) -> bool:

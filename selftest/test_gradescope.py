@@ -1,0 +1,157 @@
+"""Grading on Gradescope, in a fake /autograder tree where bubblewrap cannot run (a `bwrap` that
+fails first on PATH, as under Docker's default profile): the upload zip, setup.sh's venv of the
+grader's own, and run_autograder on the reference, the stubs, a probe and a forger.
+
+The tree sits in a folder other uids can traverse (the worker's uid runs the venv's Python)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import PROJECT, TERM, reference_as_student
+from harness.grading.gradescope import REFUSED, build_zip, run
+from harness.grading.sandbox import Protections
+from submissions import FULL, copy_stubs, with_attack
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").exists(),
+                                reason="Gradescope runs the autograder as root, with a system Python")
+FAILING_BWRAP = "#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n"
+
+
+def _system_packages() -> set[str]:
+    found = set()
+    for folder in ("/usr/lib/python3/dist-packages", "/usr/local/lib"):
+        if Path(folder).is_dir():
+            found |= {str(p) for p in Path(folder).rglob("*") if p.is_dir() and p.name.endswith("-info")}
+    return found
+
+
+@pytest.fixture(scope="module")
+def tree():
+    root = Path(tempfile.mkdtemp(prefix="gradescope-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    upload = root / "autograder.zip"
+    names = build_zip(PROJECT, upload, TERM)
+    autograder = root / "autograder"
+    source = autograder / "source"
+    source.mkdir(parents=True)
+    os.chmod(autograder, 0o755)
+    with zipfile.ZipFile(upload) as z:
+        z.extractall(source)
+    for script in ("setup.sh", "run_autograder"):  # zipfile drops modes; Gradescope's unzip keeps them
+        os.chmod(source / script, 0o755)
+    (root / "bin").mkdir()
+    (root / "bin" / "bwrap").write_text(FAILING_BWRAP)
+    os.chmod(root / "bin" / "bwrap", 0o755)
+    env = {"PATH": f"{root / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(root), "LANG": "C.UTF-8",
+           "HARNESS_VENV": str(root / "venv"), "HARNESS_TORCH_INDEX": "", "AUTOGRADER": str(autograder)}
+    before = _system_packages()
+    setup = subprocess.run(["bash", str(source / "setup.sh")], env=env, capture_output=True, text=True,
+                           timeout=900)
+    yield {"root": root, "autograder": autograder, "env": env, "setup": setup, "names": names, "upload": upload,
+           "system_before": before, "system_after": _system_packages()}
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def grade(tree, make) -> tuple[dict, str]:
+    """One submission through run_autograder, as Gradescope runs it: results.json and stdout."""
+    autograder = tree["autograder"]
+    for folder in ("submission", "results"):
+        shutil.rmtree(autograder / folder, ignore_errors=True)
+    make(autograder / "submission")
+    done = subprocess.run(["bash", str(autograder / "source" / "run_autograder")], cwd=autograder, env=tree["env"],
+                          capture_output=True, text=True, timeout=600)
+    results = autograder / "results" / "results.json"
+    assert results.is_file(), done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(results.read_text()), done.stdout + done.stderr
+
+
+def _attack(name: str, tree):
+    constants = {"AUTOGRADER": str(tree["autograder"]), "TERM": TERM}
+    return lambda dst: with_attack(dst, "stubs", name, constants)
+
+
+def test_setup_makes_a_venv_of_the_graders_own(tree):
+    setup = tree["setup"]
+    assert setup.returncode == 0, setup.stdout[-3000:] + setup.stderr[-3000:]
+    python = tree["root"] / "venv" / "bin" / "python"
+    version = subprocess.run([str(python), "-c", "import sys, torch; print(sys.version_info >= (3, 11), torch.__version__)"],
+                             capture_output=True, text=True, cwd="/")
+    assert version.stdout.split()[0] == "True" and version.stdout.split()[1].startswith("2.13.0"), version
+    # the harness itself is not installed there: the worker's uid can read the venv
+    assert subprocess.run([str(python), "-c", "import harness"], cwd="/", capture_output=True).returncode != 0
+    assert tree["system_after"] == tree["system_before"], "setup.sh installed into the system Python"
+    said = setup.stdout
+    assert f"term {TERM} verifies" in said and "unprivileged uid per slot" in said.split("OFF:")[0], said
+    assert "filesystem allow-list" in said.split("OFF:")[1], said  # the failing bwrap was found, and not used
+
+
+def test_the_zip_holds_what_grading_needs_and_nothing_a_submission_may_read(tree):
+    names = set(tree["names"])
+    assert {"setup.sh", "run_autograder", "pyproject.toml", "requirements.txt"} <= names
+    assert f"fixtures/{TERM}/hidden/manifest.json" in names
+    assert not [n for n in names if n.startswith(("reference/", "selftest/", "student/", ".git"))]
+    assert not [n for n in names if n.startswith("fixtures/") and not n.startswith(f"fixtures/{TERM}/")]
+    assert "harness/catalogue.py" not in names and "harness/grading/drive.py" in names
+    with zipfile.ZipFile(tree["upload"]) as z:
+        assert (z.getinfo("run_autograder").external_attr >> 16) & 0o111
+
+
+def test_the_reference_scores_full_marks(tree):
+    results, said = grade(tree, reference_as_student)
+    assert results["score"] == pytest.approx(FULL), said[-3000:]
+    assert all("score" not in t for t in results["tests"] if t["visibility"] == "visible")
+
+
+def test_the_stubs_score_zero(tree):
+    results, said = grade(tree, copy_stubs)
+    assert results["score"] == 0 and results["tests"], said[-3000:]
+
+
+def test_the_submissions_code_reads_nothing_of_the_grader(tree):
+    results, said = grade(tree, _attack("gradescope_probe.py", tree))
+    probe = next((t["output"] for t in results["tests"] if "PROBE" in t["output"]), said[-3000:])
+    assert "PROBE uid=61" in probe, probe  # an unprivileged uid, never root
+    for what in ("source", "hidden", "listing", "results", "write"):
+        assert f"{what}:denied" in probe, probe
+    assert "LEAKED" not in probe and "installed:" not in probe, probe
+
+
+def test_a_leftover_process_cannot_forge_the_grade(tree):
+    results, said = grade(tree, _attack("gradescope_forger.py", tree))
+    time.sleep(3)  # the forger tried every 50 ms for a minute, had it lived
+    after = json.loads((tree["autograder"] / "results" / "results.json").read_text())
+    assert results["score"] == after["score"] == 0 and after["tests"], said[-3000:]
+    assert not (tree["autograder"] / "forged").exists()
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and _comm(p) == "forger6061"]
+
+
+def _comm(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def test_without_bubblewrap_or_a_uid_of_its_own_the_code_is_not_run(tmp_path):
+    """Not even the uid drop: run as root, the code could read the answers and write the
+    results. It is not run, and results.json says so with 0 (the reason goes to the staff)."""
+    autograder = tmp_path / "autograder"
+    shutil.copytree(PROJECT / "tests", autograder / "source" / "tests")
+    marker = tmp_path / "ran"
+    copy_stubs(autograder / "submission")
+    with (autograder / "submission" / "adapters.py").open("a") as f:
+        f.write(f"\nopen({str(marker)!r}, 'w').close()\n")
+    results = run(autograder, protections=Protections(bwrap=None, uid_drop=False))
+    assert results["score"] == 0 and results["output"] == REFUSED and not results["tests"]
+    assert json.loads((autograder / "results" / "results.json").read_text()) == results
+    assert not marker.exists()
+    assert (autograder / "results").stat().st_mode & 0o077 == 0
