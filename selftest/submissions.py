@@ -9,6 +9,7 @@ from pathlib import Path
 
 from conftest import PROJECT, edit, reference_as_student
 from harness.contract import ADAPTERS
+from harness.grading.grade import MAX_FILE, MAX_TOTAL
 from harness.grading.sandbox import BASE_UID, UID_BLOCK, UID_BLOCKS
 
 FULL = sum(a.points for a in ADAPTERS.values())
@@ -130,6 +131,15 @@ def bad_archives(subs: Path) -> None:
     zip_of(subs / "bomb.zip", [("adapters.py", adapters, regular), ("student/zeros.bin", bytes(100 << 20), regular)])
     zip_of(subs / "crowded.zip", [("adapters.py", adapters, regular)] +  # a central directory too big to parse
            [(f"student/{i}.py", b"", regular) for i in range(3000)])
+    # Within the size limits, and each file is never imported: code the grader itself must not parse
+    # unbounded (ast.parse took ~500 bytes of memory a byte: three 16 MiB lists once took the grader)
+    ast_bomb = copy_stubs(subs / "ast_bomb")
+    for i in range(3):
+        (ast_bomb / "student" / f"bomb{i}.py").write_text("x = [" + "0," * ((MAX_FILE - 7) // 2) + "]\n")
+    largest = copy_stubs(subs / "largest_folder")  # 64 MiB in all, the most a submission may unpack to
+    room = MAX_TOTAL - sum(p.stat().st_size for p in largest.rglob("*") if p.is_file())
+    for i in range(4):
+        (largest / "student" / f"data{i}.py").write_text("# " + "x" * (room // 4 - 3) + "\n")
     linked = reference_as_student(subs / "symlinked_adapters")
     (linked / "adapters.py").unlink()
     (linked / "adapters.py").symlink_to(PROJECT / "reference" / "adapters.py")

@@ -20,6 +20,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 
@@ -345,6 +346,23 @@ def test_lying_to_a_probe_in_the_worker_earns_nothing(graded, probe):
     assert liar.score == honest.score
 
 
+def test_public_verdicts_move_no_score_on_any_term(graded):
+    """The rule behind 'a lookup over buggy code scores what the buggy code scores', on every
+    term: with the twins' outcomes fixed, no choice of public outcomes changes a score (a term
+    built with grading seed 11 once gave the lookup 38.25 against the buggy code's 38.0)."""
+    import random
+    from harness.grading.grade import Graded
+    honest = graded["results"]["two_bugs"]
+    public = [i for i, t in enumerate(honest.tests) if not t.hidden and t.twin]
+    assert len(public) > 100
+    rng = random.Random(0)
+    for _ in range(20):
+        tests = list(honest.tests)
+        for i in rng.sample(public, len(public) // 2):
+            tests[i] = replace(tests[i], outcome="failed" if tests[i].outcome == "passed" else "passed")
+        assert Graded("x", tests).score == honest.score
+
+
 def test_scores_need_fresh_values():
     """The rule on its own: a public check's points are its twin's, earned on fresh values alone
     (whatever the public verdict), a property's once an output case passes on fresh values (a
@@ -432,6 +450,33 @@ def test_a_bad_archive_gets_a_status_and_the_batch_goes_on(graded, name):
     assert result.status == "bad-submission" and result.score == 0
     assert _results_json(graded, name)["output"]
     assert not (graded["subs"].parent / "escaped.py").exists()
+
+
+@pytest.mark.parametrize("name", ["ast_bomb", "largest_folder"])
+def test_code_the_grader_must_not_parse_costs_the_batch_nothing(graded, name):
+    """Three 16 MiB list literals (ast.parse once took the grader's own process, and the whole
+    batch's grades, with them) and a submission of the largest size allowed: each is graded
+    as the stubs it holds, and grades.csv holds every row (the honest ones keep full marks)."""
+    result = graded["results"][name]
+    assert result.status == "ok" and result.score == 0 and result.code_hash, (result.status, result.output[-500:])
+    with (graded["out"] / "grades.csv").open() as f:
+        assert {r["submission"] for r in csv.DictReader(f)} == set(graded["results"])
+
+
+def test_visible_results_do_not_depend_on_hidden_outcomes(graded):
+    """What a student sees before publication is the same whether the hidden tests pass or
+    fail: a submission that fails chosen twins on purpose signals nothing (it once carried 178
+    bits a submission in the visible scores)."""
+    from harness.grading.grade import Graded, results_json
+    honest = graded["results"]["reference"]
+    flipped = Graded(honest.name, [replace(t, outcome="failed") if t.hidden else t for t in honest.tests])
+    assert flipped.score < honest.score
+
+    def visible(g):
+        data = results_json(g, TERM)
+        return data["output"], [t for t in data["tests"] if t["visibility"] == "visible"]
+    assert visible(flipped) == visible(honest) and visible(honest)[1]
+    assert results_json(honest, TERM)["visibility"] == "after_published"
 
 
 def test_every_submission_has_results_and_junit(graded):
