@@ -148,11 +148,16 @@ def test_stubs_get_zero(graded):
 
 
 def test_max_scores_add_up_exactly_to_each_functions_points(graded):
-    tests = _results_json(graded, "reference")["tests"]
+    """Per test (junit.xml, grades.csv) and per function (results.json's points entries)."""
+    result = graded["results"]["reference"]
+    scores = result.scores()
+    entries = {t["name"]: t for t in _results_json(graded, "reference")["tests"] if "max_score" in t}
     for fn, adapter in ADAPTERS.items():
-        shares = [Decimal(repr(t["max_score"])) for t in tests if t["name"].startswith(f"{fn}: ")]
+        shares = [Decimal(repr(scores[t.id][1])) for t in result.tests if t.adapter == fn]
         assert shares and sum(shares) == adapter.points, f"{fn}: {sum(shares)} != {adapter.points}"
-    assert sum(Decimal(repr(t["max_score"])) for t in tests) == FULL
+        assert entries[f"{fn}: points"]["max_score"] == adapter.points
+    assert sum(Decimal(repr(t["max_score"])) for t in entries.values()) == FULL
+    assert set(entries) == {f"{fn}: points" for fn in ADAPTERS}  # no other entry carries points
 
 
 @pytest.fixture(scope="module")
@@ -296,9 +301,12 @@ def test_malformed_replies_fail_their_tests_without_the_graders_traceback(graded
 @requires_bwrap
 def test_hidden_failures_say_only_what_kind_of_failure(graded):
     """Nothing the submission controls (message, exception name, returned shape) is published."""
+    from harness.grading.grade import POINTS_NOTE
     for name in ATTACKS:
         for t in _results_json(graded, name)["tests"]:
-            if t["visibility"] != "visible" and t["status"] == "failed":
+            if t["name"].endswith(": points"):  # a function's points: one fixed sentence
+                assert t["output"] == POINTS_NOTE
+            elif t["visibility"] != "visible" and t["status"] == "failed":
                 assert re.fullmatch(r"Hidden test\. \w+, a hidden case: [a-z ,()]+\. Hidden cases show no "
                                     r"details: re-read the docstring's rules\.", t["output"]), t["output"]
 
