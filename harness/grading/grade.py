@@ -685,7 +685,7 @@ def _graded_from(data, name: str) -> Graded:
     seconds = data["seconds"]
     if not (isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and math.isfinite(seconds)
             and seconds >= 0):
-        raise ValueError(f"seconds: {str(seconds)[:100]} is not a time")
+        raise ValueError(f"seconds: {repr(seconds)[:100]} is not a number of seconds")
     if not (isinstance(data["code_hash"], str) and _CODE_HASH.fullmatch(data["code_hash"])):
         raise ValueError("code_hash: not a sha256 in hex")
     tests = data["tests"]
@@ -697,8 +697,8 @@ def _graded_from(data, name: str) -> Graded:
             value = test[f.name]
             if not isinstance(value, f.type) or isinstance(value, str) and len(value) > MAX_TEXT:
                 kind = getattr(f.type, "__name__", str(f.type))
-                raise ValueError(f"a test's {f.name}: {str(value)[:100]!r} is not a {kind} "
-                                 f"(of at most {MAX_TEXT:,} characters)")
+                raise ValueError(f"a test's {f.name}: {repr(value)[:100]} is not a {kind}"
+                                 + (f" of at most {MAX_TEXT:,} characters" if isinstance(value, str) else ""))
     return Graded(**{**data, "tests": [Test(**t) for t in tests]})
 
 
@@ -707,8 +707,10 @@ def _has_fields(data, cls, what: str) -> None:
     if not isinstance(data, dict):
         raise ValueError(f"{what} is not an object")
     if set(data) != expected:
-        raise ValueError(f"{what} lacks {sorted(expected - set(data))} or has more than its fields "
-                         f"{sorted(set(data) - expected)}"[:300])
+        missing, unknown = sorted(expected - set(data)), sorted(map(str, set(data) - expected))
+        raise ValueError(f"{what} has {'missing fields ' + ', '.join(missing) if missing else ''}"
+                         f"{' and ' if missing and unknown else ''}"
+                         f"{'unknown fields ' + ', '.join(unknown) if unknown else ''}"[:300])
 
 
 class Results:
