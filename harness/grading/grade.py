@@ -564,7 +564,7 @@ def _grade_with(grader: Grader, submissions: list[Path], names: list[str], out: 
                     try:  # now: a batch killed later keeps this grade
                         results.write()
                     except OSError:
-                        pass  # a full disk: the batch goes on, and the last rewrite says so
+                        pass  # a full disk: the batch goes on; the rewrite at its end raises it
                     if progress:
                         progress(len(graded), len(submissions), result)
         finally:
