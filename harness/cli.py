@@ -24,7 +24,7 @@ What a student runs (in the assignment's folder):
 """
 INSTRUCTOR_HELP = {
     True: "Instructor commands (this is the course's master copy): term new, term verify, term use, term diff, "
-          "release, grade and mistakes; `python -m harness COMMAND --help` explains each, and the README's "
+          "release, grade, merge, report and mistakes; `python -m harness COMMAND --help` explains each, and the README's "
           "\"Instructor and maintainer guide\" how they fit together.",
     False: "Instructor commands (building fixture terms, grading submissions) are not in this copy: they "
            "live in the course's master repository.",
@@ -93,7 +93,8 @@ def parser(instructor: bool) -> argparse.ArgumentParser:
     grade = sub.add_parser("grade", help="grade submissions (folders or zips) in isolated subprocesses")
     grade.add_argument("submissions", nargs="+", type=Path)
     grade.add_argument("--term", default=None, help="fixture term (default: the one pyproject.toml pins)")
-    grade.add_argument("--out", type=Path, required=True, help="results.json + junit.xml per submission, grades.csv")
+    grade.add_argument("--out", type=Path, required=True, help="a folder per submission (results.json, junit.xml, graded.json, ...); grades.csv and the "
+                            "class report are rebuilt from every result folder there, so earlier results stay")
     grade.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
     grade.add_argument("--timeout", type=float, default=600, help="seconds per submission (default 600)")
     grade.add_argument("--case-timeout", type=float, default=30,
@@ -101,6 +102,15 @@ def parser(instructor: bool) -> argparse.ArgumentParser:
     grade.add_argument("--require-confinement", action="store_true",
                        help="refuse to grade unless the bubblewrap sandbox (and, as root, the uid drop) is available")
     grade.add_argument("--memory-mb", type=int, default=4096, help="address-space cap per submission (default 4096)")
+    grade.add_argument("--shard", type=shard_arg, metavar="K/N",
+                       help="grade only the K-th of N slices of the submissions (by sorted name): N machines given "
+                            "the same submissions grade each once; `merge` joins their --out folders")
+
+    merge = sub.add_parser("merge", help="copy the result folders of `grade --shard` runs into one folder and rebuild "
+                                          "its grades.csv and class report, as one batch would have written them")
+    merge.add_argument("shards", nargs="+", type=Path, help="the --out folders of the shards")
+    merge.add_argument("--out", type=Path, required=True,
+                       help="the merged folder (results already there are kept, or replaced by name)")
 
     report = sub.add_parser("report", help="the class report of a graded folder: report.html (staff only) and "
                                             "mistakes.csv, from what `grade` wrote (also written by `grade`)")
@@ -111,6 +121,14 @@ def parser(instructor: bool) -> argparse.ArgumentParser:
                                                 "which tests catch it and whether the report names it")
     mistakes.add_argument("names", nargs="*", help="only these variants")
     return top
+
+
+def shard_arg(text: str) -> tuple[int, int]:
+    from harness.grading.grade import parse_shard
+    try:
+        return parse_shard(text)
+    except ValueError as e:  # argparse's own message would say only "invalid value"
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(argv=None) -> int:
@@ -226,22 +244,28 @@ def grade_cmd(root: Path, args) -> int:
     def progress(done, total, result):
         if tty:
             bar = "#" * (30 * done // total)
-            print(f"\r[{bar:<30}] {done}/{total} {result.name[:30]:<30}", end="", file=sys.stderr, flush=True)
+            print(f"\r[{bar:<30}] {done}/{total} {result.name[:30]:<30}", end="\n" if done == total else "",
+                  file=sys.stderr, flush=True)
+        else:  # a log (a file, tee, nohup): a line per submission, as it finishes
+            print(f"graded {done}/{total} {result.name} {result.score:.2f} {result.status}", file=sys.stderr,
+                  flush=True)
     graded = grade_all(root, args.submissions, args.term or pinned_term(root), args.out, args.jobs, args.timeout,
                        args.case_timeout, args.memory_mb, progress, args.require_confinement,
-                       announce=lambda text: print(f"harness grade: {text}", file=sys.stderr))
-    if tty:
-        print(file=sys.stderr)
+                       announce=lambda text: print(f"harness grade: {text}", file=sys.stderr), shard=args.shard)
     for g in graded:
         flag = f"  TAMPERED: {', '.join(g.tampered)}" if g.tampered else ""
         print(f"{g.name:<30} {g.score:6.2f}  {g.status:<16} {g.seconds:5.1f} s{flag}")
-    print(f"wrote {args.out}/grades.csv")
-    from harness.grading.report import write_report
-    try:
-        print(f"wrote {write_report(args.out, root)} (staff only) and mistakes.csv")
-    except Exception as e:  # the grades stand; `harness report` can be run again
-        print(f"harness grade: the class report failed ({type(e).__name__}: {e}); the grades are written",
-              file=sys.stderr)
+    print(f"wrote {args.out}/grades.csv (every result folder there), report.html (staff only) and mistakes.csv")
+    return 0
+
+
+def merge_cmd(root: Path, args) -> int:
+    from harness.grading.grade import merge
+    graded, problems = merge(args.shards, args.out, root)
+    for problem in problems:
+        print(f"harness merge: {problem}", file=sys.stderr)
+    print(f"merged {len(args.shards)} folders into {args.out}: {len(graded)} results in grades.csv, "
+          "report.html (staff only) and mistakes.csv")
     return 0
 
 
@@ -360,6 +384,7 @@ COMMANDS = {
     ("release", None): release_cmd,
     ("gradescope", None): gradescope_cmd,
     ("grade", None): grade_cmd,
+    ("merge", None): merge_cmd,
     ("contract", None): contract_render,
     ("mistakes", None): mistakes_table,
     ("report", None): report_cmd,

@@ -15,11 +15,13 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import stat
 import subprocess
 import sys
 import tempfile
+import textwrap
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
@@ -633,3 +635,121 @@ def test_grades_csv_is_written_whatever_one_submission_does(tmp_path, monkeypatc
     with (tmp_path / "out" / "grades.csv").open() as f:
         assert [r["status"] for r in csv.DictReader(f)] == ["grader-error", "ok"]
     assert "No space left" not in _results_json({"out": tmp_path / "out"}, "breaks")["output"]
+
+
+# ---------------------------------------------------------------- a batch's results: shards, merge, regrading
+
+FORMULA_NAMES = {"+cmd": "+cmd", "=1+1": "_1+1", "@x": "@x", "-x": "-x"}  # file name -> submission name
+
+
+def _harness(*args: str, **kw) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "HARNESS"))}
+    return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=PROJECT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+
+
+def _said(process: subprocess.Popen) -> tuple[str, str]:
+    out, err = process.communicate(timeout=600)
+    assert process.returncode == 0, (out[-2000:], err[-2000:])
+    return out, err
+
+
+def _grades(out: Path) -> list[list[str]]:
+    with (out / "grades.csv").open(newline="") as f:
+        return list(csv.reader(f))
+
+
+def _without_seconds(rows: list[list[str]]) -> list[list[str]]:
+    at = rows[0].index("seconds")
+    return [r[:at] + r[at + 1:] for r in rows]
+
+
+@pytest.fixture(scope="module")
+def batches(tmp_path_factory):
+    """Four submissions (the reference, two stubs, one without adapters.py) whose names a
+    spreadsheet would read as formulas: graded as one batch; as two shards, side by side, through
+    the command line (stderr a pipe, as under nohup), then merged; then one of them graded again
+    into the one batch's folder, as the reference this time."""
+    tmp = tmp_path_factory.mktemp("batches")
+    subs = tmp / "subs"
+    reference_as_student(subs / "-x")
+    copy_stubs(subs / "+cmd")
+    copy_stubs(subs / "=1+1")
+    copy_stubs(subs / "@x")
+    (subs / "@x" / "adapters.py").unlink()
+    given = sorted(subs.iterdir())
+    one = grade_all(PROJECT, given, TERM, tmp / "one", jobs=2, case_timeout=5)
+    shards = [_harness("grade", *map(str, given), "--term", TERM, "--out", str(tmp / f"shard{k}"),
+                       "--shard", f"{k}/2", "--case-timeout", "5") for k in (1, 2)]
+    logs = [_said(s)[1] for s in shards]
+    merged = _said(_harness("merge", str(tmp / "shard1"), str(tmp / "shard2"), "--out", str(tmp / "merged")))[0]
+    before = _grades(tmp / "one")
+    regraded = reference_as_student(tmp / "again" / "+cmd")
+    again = _said(_harness("grade", str(regraded), "--term", TERM, "--out", str(tmp / "one"), "--case-timeout", "5"))
+    return {"tmp": tmp, "one": {g.name: g for g in one}, "logs": logs, "merged": merged, "before": before,
+            "again": again}
+
+
+def test_two_shards_merged_give_the_rows_of_one_batch(batches):
+    tmp = batches["tmp"]
+    shards = [{r[0] for r in _grades(tmp / f"shard{k}")[1:]} for k in (1, 2)]
+    assert shards[0] and shards[1] and not shards[0] & shards[1], "each shard grades its own slice"
+    assert _without_seconds(_grades(tmp / "merged")) == _without_seconds(batches["before"])
+    assert len(batches["before"]) == 5 and "4 results" in batches["merged"]
+    assert batches["one"]["-x"].score == pytest.approx(FULL) and batches["one"]["@x"].status == "no-adapters"
+
+
+def test_a_log_gets_a_line_per_submission_as_it_finishes(batches):
+    lines = [re.findall(r"^graded (\d+)/(\d+) (\S+) ([\d.]+) (\S+)$", log, re.M) for log in batches["logs"]]
+    assert sorted(name for found in lines for _, _, name, _, _ in found) == sorted(FORMULA_NAMES.values())
+    for found in lines:
+        assert [(int(done), int(total)) for done, total, *_ in found] == [(i + 1, len(found)) for i in range(len(found))]
+    assert "\r" not in "".join(batches["logs"]), "no progress bar in a log"
+
+
+def test_regrading_one_submission_replaces_its_row_only(batches):
+    """Graded again into the batch's folder (now the reference): its row changes, the other three stay,
+    and the class report still counts four."""
+    tmp = batches["tmp"]
+    rows = {r[0]: r for r in _grades(tmp / "one")[1:]}
+    before = {r[0]: r for r in batches["before"][1:]}
+    assert rows.keys() == before.keys() and len(rows) == 4
+    assert float(rows["'+cmd"][1]) == pytest.approx(FULL) and float(before["'+cmd"][1]) == 0
+    assert all(rows[name] == before[name] for name in rows if name != "'+cmd")
+    assert "<p>4 submissions (" in (tmp / "one" / "report.html").read_text()
+    assert re.search("^" + re.escape(f"graded 1/1 +cmd {FULL:.2f} ok") + "$", batches["again"][1], re.M)
+
+
+def test_names_that_look_like_formulas_are_text_in_grades_csv(batches):
+    names = [r[0] for r in _grades(batches["tmp"] / "one")[1:]]
+    assert sorted(names) == sorted("'" + n if n[0] in "+-@=" else n for n in FORMULA_NAMES.values())
+    assert "=1+1" not in names
+
+
+def test_a_batch_killed_half_way_keeps_the_grades_it_finished(tmp_path):
+    """The grader dies (SIGKILL: no cleanup, no last rewrite) as it starts the second submission:
+    grades.csv already holds the first."""
+    copy_stubs(tmp_path / "first")
+    copy_stubs(tmp_path / "second")
+    dies = textwrap.dedent(f"""
+        import os, signal
+        from pathlib import Path
+        from harness.grading import grade
+        one = grade._grade_one
+
+        def dies(grader, driver, submission, name):
+            if name == "second":
+                grade.remove_tree(grader.work)
+                os.kill(os.getpid(), signal.SIGKILL)
+            return one(grader, driver, submission, name)
+
+        grade._grade_one = dies
+        grade.grade_all(Path({str(PROJECT)!r}), [Path({str(tmp_path / 'first')!r}), Path({str(tmp_path / 'second')!r})],
+                        {TERM!r}, Path({str(tmp_path / 'out')!r}), case_timeout=5)
+        """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "HARNESS"))}
+    killed = subprocess.run([sys.executable, "-c", dies], cwd=PROJECT, env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert [(r[0], r[3]) for r in _grades(tmp_path / "out")[1:]] == [("first", "ok")]
+    assert (tmp_path / "out" / "first" / "graded.json").is_file() and not (tmp_path / "out" / "second").exists()

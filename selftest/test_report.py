@@ -17,7 +17,7 @@ import pytest
 
 from conftest import PROJECT
 from harness.grading.drive import HIDDEN_FAILURES
-from harness.grading.grade import Graded, Test as Run, _write_csv, _write_results
+from harness.grading.grade import Graded, Results, Test as Run, _write_results
 from harness.grading.report import Submission, Result, analyse, code_hash, known_mistakes, write_report
 
 NUMBER = {m.variant: m.number for m in known_mistakes()}
@@ -91,7 +91,7 @@ def _write(folder: Path, graded: list[Graded]) -> Path:
     folder.mkdir(exist_ok=True)
     for g in graded:
         _write_results(folder / g.name, g, "term")
-    _write_csv(folder / "grades.csv", graded)
+    Results(folder).write()
     return folder
 
 
@@ -329,3 +329,30 @@ def test_the_browser_check_can_fail(report, tmp_path):
     found, errors = render_in_chromium(broken, tmp_path / "profile")
     assert errors and "undefinedFunction" in " ".join(errors)
     assert ["%d" % NUMBER["softmax_without_max"], "run_softmax", "2", True] in found["counts"]
+
+
+@pytest.mark.parametrize("cell, text", [("+cmd", "'+cmd"), ("-x", "'-x"), ("@x", "'@x"), ("=1+1", "'=1+1"),
+                                        ("\tx", "'\tx"), ("\rx", "'\rx"), ("x=1", "x=1"), ("'x", "'x"), ("", "")])
+def test_a_cell_a_spreadsheet_would_run_is_written_as_text(cell, text):
+    from harness.grading.report import from_text_cell, text_cell
+    assert text_cell(cell) == text and from_text_cell(text) == cell
+
+
+def test_submission_names_that_look_like_formulas_are_text_in_both_csv_files(tmp_path):
+    """Names may start with +, - or @ (harness.grading.grade.submission_name); the report still
+    finds each one's folder; the numbers the grader writes stay numbers."""
+    from harness.grading.report import load
+    names = ["+cmd", "-x", "@x"]
+    folder = _write(tmp_path / "g", [Graded(n, _work(run_softmax__a=_t("run_softmax", "a", "failed",
+                                                                        _cause("softmax_without_max"))))
+                                     for n in names])
+    write_report(folder)
+    with (folder / "grades.csv").open(newline="") as f:
+        rows = list(csv.reader(f))[1:]
+    assert [r[0] for r in rows] == ["'" + n for n in names]
+    assert all(not cell.startswith("'") for r in rows for cell in r[1:]) and float(rows[0][2]) > 0
+    with (folder / "mistakes.csv").open(newline="") as f:
+        [row] = list(csv.DictReader(f))
+    assert row["submissions"] == "'+cmd;-x;@x" and row["mistake"] == str(NUMBER["softmax_without_max"])
+    subs, _ = load(folder)
+    assert [s.name for s in subs] == names and all(s.results for s in subs)

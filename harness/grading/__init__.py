@@ -1,8 +1,8 @@
 """Grading: a trusted driver, a confined worker, data on the wire between them.
 
 Trusted (holds the term, judges, writes the verdicts; never imports a submission's code):
-grade      the batch: vets and copies submissions, runs a driver per slot, writes results,
-           grades.csv and the class report
+grade      the batch: vets and copies submissions, runs a driver per slot, writes results;
+           rebuilds grades.csv and the class report from every result folder; shards and merge
 drive      the driver: the official suite against one submission's worker
 remote     the driver's side of a worker: adapter calls, gradients and modules as data
 sandbox    the confinement: bubblewrap, seccomp, a cgroup and a uid per submission

@@ -6,8 +6,11 @@ are kept). `--jobs N` driver processes (harness/grading/drive.py) then take subm
 at a time and run the official suite against the submission's sandboxed worker
 (harness/grading/sandbox.py, harness/grading/worker.py). The driver holds the answers, compares and
 writes the verdicts; the submission's code never shares a process with them. One bad
-submission gets a status and a results.json, and the rest of the batch is graded;
-`grades.csv` is written once every submission's processes are dead, whatever happened.
+submission gets a status and a results.json, and the rest of the batch is graded.
+Each result is written as it finishes (its folder's graded.json last); `grades.csv` is rebuilt
+from every result folder in --out after each one, so a batch that is killed keeps what it
+finished, a regrade of one submission replaces its row only, and shards graded apart
+(`--shard K/N`) merge into what one batch would have written (`merge`).
 Each grader claims a block of worker uids of its own, so graders run side by side.
 """
 
@@ -15,7 +18,9 @@ import contextlib
 import csv
 import fcntl
 import hashlib
+import io
 import json
+import math
 import os
 import queue
 import re
@@ -30,13 +35,13 @@ import threading
 import time
 import zipfile
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
 from harness.contract import ADAPTERS
 from harness.grading import wire
-from harness.grading.report import code_hash
+from harness.grading.report import code_hash, text_cell, write_report
 from harness.scoring import Result, scores
 from harness.grading.sandbox import (BASE_UID, OOM_DRIVER, UID_BLOCK, UID_BLOCKS, WORKER_UIDS, Cgroup, Protections,
                                      Sandbox, kill_group, kill_uid, kill_until_none, remove_orphan_sandboxes,
@@ -503,10 +508,16 @@ def junit_xml(graded: Graded) -> str:
 def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs: int = 1,
               timeout: float = 600.0, case_timeout: float = 30.0, memory_mb: int = 4096,
               progress=None, require_confinement: bool = False, announce=None,
-              protections: Protections | None = None) -> list[Graded]:
-    names = submission_names(submissions)
+              protections: Protections | None = None, shard: tuple[int, int] | None = None) -> list[Graded]:
+    """Grade `submissions` (with `shard` (K, N): only the K-th of N slices of them) into `out`, and
+    rebuild its grades.csv and class report from every result folder there. Returns this run's
+    results, in the order given."""
+    names = submission_names(submissions)  # over the whole list, so that every shard names alike
     if len(set(names)) != len(names):  # the same file given twice
         raise ValueError("a submission is given twice: " + ", ".join(sorted({n for n in names if names.count(n) > 1})))
+    if shard is not None:
+        mine = shard_of(names, *shard)
+        submissions, names = [s for s, n in zip(submissions, names) if n in mine], [n for n in names if n in mine]
     with _bounded_grader():
         grader = Grader(project, term, timeout, case_timeout, memory_mb, require_confinement, protections)
         try:
@@ -536,12 +547,33 @@ def _bounded_grader():
         set_oom_score(int(before))
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """`--shard K/N`: the K-th (from 1) of N slices."""
+    match = re.fullmatch(r"\s*([0-9]+)\s*/\s*([0-9]+)\s*", text)
+    if not match:
+        raise ValueError(f"{text!r} is not K/N (the K-th of N slices, e.g. 1/4)")
+    k, n = int(match[1]), int(match[2])
+    shard_of([], k, n)
+    return k, n
+
+
+def shard_of(names: list[str], k: int, n: int) -> set[str]:
+    """The names of the K-th of N slices: every N-th of the sorted names, from the K-th. The
+    order given does not matter, so N machines given the same submissions grade each once."""
+    if n < 1:
+        raise ValueError(f"shard {k}/{n}: N, the number of slices, must be at least 1")
+    if not 1 <= k <= n:
+        raise ValueError(f"shard {k}/{n}: K counts the slices from 1 to N, here 1 to {n}")
+    return set(sorted(names)[k - 1::n])
+
+
 def _grade_with(grader: Grader, submissions: list[Path], names: list[str], out: Path, jobs: int, progress,
                 announce) -> list[Graded]:
     term = grader.term_name
     if announce:
         announce(grader.protections.describe())
     out.mkdir(parents=True, exist_ok=True)
+    results = Results(out)
     todo: queue.Queue = queue.Queue()
     for submission, name in zip(submissions, names):
         todo.put((submission, name))
@@ -572,8 +604,16 @@ def _grade_with(grader: Grader, submissions: list[Path], names: list[str], out: 
                     _write_results(out / result.name, result, term)
                 except (OSError, ValueError) as e:
                     result.status, result.output = "grader-error", f"its results could not be written: {e}"
+                    try:
+                        _write_record(out / result.name, result)
+                    except (OSError, ValueError):
+                        pass  # the line the command prints for it is what is left
                 with lock:
                     graded[result.name] = result
+                    try:  # now: a batch killed later keeps this grade
+                        results.write()
+                    except OSError:
+                        pass  # a full disk: the batch goes on; the rewrite at its end raises it
                     if progress:
                         progress(len(graded), len(submissions), result)
         finally:
@@ -586,11 +626,12 @@ def _grade_with(grader: Grader, submissions: list[Path], names: list[str], out: 
         for t in threads:
             t.join()
     finally:  # every driver is done: no submission process is left
-        for name in names:
+        for name in names:  # in what this returns only: an earlier result of the name stays in --out
             graded.setdefault(name, Graded(name, status="grader-error", output="not graded"))
-        ordered = [graded[name] for name in names]
-        _write_csv(out / "grades.csv", ordered)
-    return ordered
+        _, problems = results.write(grader.project, report=True)
+        for problem in problems if announce else ():
+            announce(problem)
+    return [graded[name] for name in names]
 
 
 def _grade_one(grader: Grader, driver: Driver, submission: Path, name: str) -> Graded:
@@ -611,26 +652,228 @@ def _grade_one(grader: Grader, driver: Driver, submission: Path, name: str) -> G
     return result
 
 
+# ---------------------------------------------------------------- result folders and the batch files
+
+RECORD = "graded.json"  # a result folder's Graded, written last: a folder without one holds no result
+RESULT_FILES = ("results.json", "junit.xml", "output.txt", "code.sha256")  # beside it
+MAX_RECORD = 64 << 20   # bytes of one graded.json
+MAX_TESTS = 100_000
+MAX_TEXT = 1 << 14      # characters of one test's field (the driver cuts messages at 4,000)
+MAX_OUTPUT = 4 << 20    # characters of a submission's output (the sandbox keeps 1 MiB)
+_NAME = re.compile(r"[\w@+-][\w.@+-]*")  # what submission_name makes
+_CODE_HASH = re.compile(r"(?:[0-9a-f]{64})?")
+
+
+class BadResult(ValueError):
+    """A result folder whose graded.json cannot be used."""
+
+
 def _write_results(folder: Path, graded: Graded, term: str) -> None:
+    """One result folder. Its old graded.json goes first and the new one comes last, so a folder
+    cut short (a kill, a full disk) holds no result rather than a stale or a partial one."""
     folder.mkdir(exist_ok=True)
+    _clear_result(folder)
     (folder / "results.json").write_text(json.dumps(results_json(graded, term), indent=1))
     (folder / "junit.xml").write_text(junit_xml(graded))
     (folder / "output.txt").write_text(graded.output)
     if graded.code_hash:
         (folder / "code.sha256").write_text(graded.code_hash + "\n")
+    _write_record(folder, graded)
 
 
-def _write_csv(path: Path, graded: list[Graded]) -> None:
-    functions = list(ADAPTERS)
-    with path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["submission", "score", "max_score", "status", "seconds", "tampered", *functions])
-        total = sum(a.points for a in ADAPTERS.values())
+def _write_record(folder: Path, graded: Graded) -> None:
+    folder.mkdir(exist_ok=True)
+    _replace(folder / RECORD, json.dumps(asdict(graded)).encode())
+
+
+def _clear_result(folder: Path) -> None:
+    for name in (RECORD, *RESULT_FILES):  # the record first: see _write_results
+        (folder / name).unlink(missing_ok=True)
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Write `path` whole or not at all: a temporary file beside it, then a rename."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(temporary, 0o644)  # as write_text makes it; mkstemp's is 0o600
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def read_record(record: Path, name: str) -> Graded:
+    """A result folder's graded.json, checked field by field: the grader wrote it, but a folder can
+    be cut short, edited or copied from another machine (merge), so nothing in it is used unchecked."""
+    try:
+        if record.is_symlink() or not record.is_file():
+            raise ValueError("not a regular file")
+        with record.open("rb") as f:
+            data = f.read(MAX_RECORD + 1)
+        if len(data) > MAX_RECORD:
+            raise ValueError(f"over {MAX_RECORD:,} bytes")
+        return _graded_from(json.loads(data), name)
+    except (OSError, ValueError, RecursionError) as e:  # bad JSON and bad UTF-8 are ValueErrors
+        raise BadResult(f"{record} cannot be used ({e}): left out of grades.csv; grade {name} again") from None
+
+
+def _graded_from(data, name: str) -> Graded:
+    _has_fields(data, Graded, "the record")
+    if data["name"] != name or not _NAME.fullmatch(name) or len(name.encode()) > 255 or name in BATCH_FILES:
+        raise ValueError(f"its name is {str(data['name'])[:100]!r}, not its folder's")
+    if data["status"] not in STATUS_NOTES:
+        raise ValueError(f"status {str(data['status'])[:100]!r} is none of {', '.join(STATUS_NOTES)}")
+    if not isinstance(data["output"], str) or len(data["output"]) > MAX_OUTPUT:
+        raise ValueError(f"output: not a text of at most {MAX_OUTPUT:,} characters")
+    tampered = data["tampered"]
+    if not (isinstance(tampered, list) and len(tampered) <= MAX_TESTS
+            and all(isinstance(t, str) and len(t) <= MAX_TEXT for t in tampered)):
+        raise ValueError("tampered: not a list of file names")
+    seconds = data["seconds"]
+    if not (isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and math.isfinite(seconds)
+            and seconds >= 0):
+        raise ValueError(f"seconds: {repr(seconds)[:100]} is not a number of seconds")
+    if not (isinstance(data["code_hash"], str) and _CODE_HASH.fullmatch(data["code_hash"])):
+        raise ValueError("code_hash: not a sha256 in hex")
+    tests = data["tests"]
+    if not isinstance(tests, list) or len(tests) > MAX_TESTS:
+        raise ValueError(f"tests: not a list of at most {MAX_TESTS:,}")
+    for test in tests:
+        _has_fields(test, Test, "a test")
+        for f in fields(Test):  # str, str | None or bool
+            value = test[f.name]
+            if not isinstance(value, f.type) or isinstance(value, str) and len(value) > MAX_TEXT:
+                kind = getattr(f.type, "__name__", str(f.type))
+                raise ValueError(f"a test's {f.name}: {repr(value)[:100]} is not a {kind}"
+                                 + (f" of at most {MAX_TEXT:,} characters" if isinstance(value, str) else ""))
+    return Graded(**{**data, "tests": [Test(**t) for t in tests]})
+
+
+def _has_fields(data, cls, what: str) -> None:
+    expected = {f.name for f in fields(cls)}
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} is not an object")
+    if set(data) != expected:
+        missing, unknown = sorted(expected - set(data)), sorted(map(str, set(data) - expected))
+        raise ValueError(f"{what} has {'missing fields ' + ', '.join(missing) if missing else ''}"
+                         f"{' and ' if missing and unknown else ''}"
+                         f"{'unknown fields ' + ', '.join(unknown) if unknown else ''}"[:300])
+
+
+class Results:
+    """The result folders of an --out folder (those with a graded.json) and the batch files built
+    from them: grade_all and merge both write grades.csv, report.html and mistakes.csv here, and
+    never from a list of their own. A graded.json is read again only when it changes: grades.csv
+    is rewritten after each submission of a batch of thousands."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        self._read: dict[str, tuple[tuple, Graded | None, list[str] | str]] = {}  # name -> key, result, row
+
+    def read(self) -> tuple[list[Graded], list[str]]:
+        """Every usable result, by name; and a line for each folder that holds none it can use."""
+        graded, problems, read = [], [], {}
+        for folder in sorted(self.out.iterdir(), key=lambda p: p.name) if self.out.is_dir() else []:
+            record = folder / RECORD
+            try:
+                if folder.is_symlink() or not folder.is_dir():
+                    continue
+                if not record.exists() and not record.is_symlink():
+                    if (folder / "results.json").exists():
+                        problems.append(f"{folder} has no {RECORD} (cut short, or written by an older grader): "
+                                        f"left out of grades.csv; grade {folder.name} again")
+                    continue  # not a result folder
+                info = record.lstat()
+            except OSError as e:
+                problems.append(f"{folder} cannot be read ({e}): left out of grades.csv")
+                continue
+            key = (info.st_ino, info.st_mtime_ns, info.st_size)
+            entry = self._read.get(folder.name)
+            if entry is None or entry[0] != key:
+                try:
+                    result = read_record(record, folder.name)
+                    entry = (key, result, _csv_row(result))
+                except BadResult as e:
+                    entry = (key, None, str(e))
+            read[folder.name] = entry
+            if entry[1] is None:
+                problems.append(entry[2])
+            else:
+                graded.append(entry[1])
+        self._read = read
+        return graded, problems
+
+    def write(self, project: Path | None = None, report: bool = False) -> tuple[list[Graded], list[str]]:
+        """grades.csv, and with `report` the class report (`project`: the starter code), from every
+        result folder. Returns the results, and the lines to tell (a folder left out, a report
+        that failed)."""
+        graded, problems = self.read()
+        _write_csv(self.out / "grades.csv", [self._read[g.name][2] for g in graded])
+        if report:
+            try:
+                write_report(self.out, project)
+            except Exception as e:  # noqa: BLE001 - the grades stand; `harness report` can be run again
+                problems.append(f"the class report failed ({type(e).__name__}: {e}); grades.csv is written")
+        return graded, problems
+
+
+def merge(shards: list[Path], out: Path, project: Path | None = None) -> tuple[list[Graded], list[str]]:
+    """Copy the shards' result folders into `out` (a result of the same name there is replaced)
+    and rebuild its batch files, as one batch of them all would have written them. Refuses, with
+    nothing copied, when a shard cannot be read or two hold different results under one name.
+    Returns every result in `out`, and the lines to tell."""
+    found: dict[str, tuple[Path, Graded]] = {}
+    refused = []
+    for shard in shards:
+        if not shard.is_dir():
+            raise ValueError(f"{shard} is not a folder: give the --out folders of `harness grade --shard`")
+        if out.is_dir() and shard.resolve() == out.resolve():
+            continue  # its results are in place
+        graded, problems = Results(shard).read()
+        refused += problems
+        if not graded and not problems and not (shard / "grades.csv").is_file():
+            refused.append(f"{shard} holds no results and no grades.csv: is it an --out folder of `harness grade`?")
         for g in graded:
-            per = {fn: 0.0 for fn in functions}
-            scores = g.scores()
-            for t in g.tests:
-                if t.adapter in per:
-                    per[t.adapter] += scores[t.id][0]
-            writer.writerow([g.name, f"{g.score:.2f}", f"{total:.2f}", g.status, f"{g.seconds:.1f}",
-                             ";".join(g.tampered), *[f"{per[fn]:.2f}" for fn in functions]])
+            if g.name in found and found[g.name][1] != g:
+                refused.append(f"{g.name} is in {found[g.name][0]} and in {shard} with different results: "
+                               "remove the one to drop, then merge again")
+            found.setdefault(g.name, (shard, g))
+    if refused:
+        raise ValueError("nothing merged:\n  " + "\n  ".join(refused))
+    out.mkdir(parents=True, exist_ok=True)
+    for name, (shard, _) in sorted(found.items()):
+        _copy_result(shard / name, out / name)
+    return Results(out).write(project, report=True)
+
+
+def _copy_result(source: Path, target: Path) -> None:
+    """A result folder's files, its graded.json last (see _write_results)."""
+    target.mkdir(exist_ok=True)
+    _clear_result(target)
+    for name in (*RESULT_FILES, RECORD):
+        path = source / name
+        if path.is_file() and not path.is_symlink():
+            _replace(target / name, path.read_bytes())
+
+
+TOTAL = sum(a.points for a in ADAPTERS.values())
+
+
+def _csv_row(g: Graded) -> list[str]:
+    per = dict.fromkeys(ADAPTERS, 0.0)
+    scores = g.scores()
+    for t in g.tests:
+        if t.adapter in per:
+            per[t.adapter] += scores[t.id][0]
+    return [text_cell(g.name), f"{g.score:.2f}", f"{TOTAL:.2f}", text_cell(g.status), f"{g.seconds:.1f}",
+            text_cell(";".join(g.tampered)), *[f"{points:.2f}" for points in per.values()]]
+
+
+def _write_csv(path: Path, rows: list[list[str]]) -> None:
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(["submission", "score", "max_score", "status", "seconds", "tampered", *ADAPTERS])
+    writer.writerows(rows)
+    _replace(path, text.getvalue().encode())

@@ -1,9 +1,9 @@
 """The class report: what a graded batch got wrong, function by function, mistake by mistake.
 
-`python -m harness report GRADED_DIR` (also run at the end of `harness grade`) reads only what
-the grader wrote: grades.csv, and per submission results.json and code.sha256. It runs no code.
-It writes report.html (one self-contained page for staff: no script, nothing fetched) and
-mistakes.csv (one row per known mistake and function it was named under).
+`python -m harness report GRADED_DIR` (also run at the end of `harness grade` and `harness merge`)
+reads only what the grader wrote: grades.csv, and per submission results.json and code.sha256.
+It runs no code. It writes report.html (one self-contained page for staff: no script, nothing
+fetched) and mistakes.csv (one row per known mistake and function it was named under).
 
 A mistake is *named* in a failure when the report the student got says so: its `Likely cause:`
 line holds the mistake's diagnosis (the variant's hint in reference/variants.py), or else its
@@ -72,6 +72,22 @@ def _syntax_tree(source: bytes) -> bytes | None:
         return None
 
 
+# ---------------------------------------------------------------- CSV cells
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet reads a cell that starts so as a formula
+
+
+def text_cell(text: str) -> str:
+    """A text cell of a CSV the grader writes, shown as text by a spreadsheet (OWASP's CSV
+    injection advice: a leading quote). Submission names may start with +, - or @."""
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
+def from_text_cell(cell: str) -> str:
+    """What text_cell was given (no text the grader writes starts with a quote before one of those)."""
+    return cell[1:] if cell.startswith("'") and cell[1:].startswith(FORMULA_STARTS) else cell
+
+
 # ---------------------------------------------------------------- what the grader wrote
 
 @dataclass
@@ -100,8 +116,8 @@ def load(graded: Path) -> tuple[list[Submission], float]:
     with (graded / "grades.csv").open(newline="") as f:
         for row in csv.DictReader(f):
             max_score = float(row.get("max_score") or 0) or max_score
-            sub = Submission(row["submission"], float(row["score"]), row["status"],
-                             [t for t in (row.get("tampered") or "").split(";") if t],
+            sub = Submission(from_text_cell(row["submission"]), float(row["score"]), row["status"],
+                             [t for t in from_text_cell(row.get("tampered") or "").split(";") if t],
                              {fn: float(row[fn]) for fn in ADAPTERS if row.get(fn)})
             folder = graded / sub.name
             if (folder / "code.sha256").is_file():
@@ -309,7 +325,8 @@ def write_report(graded: Path, project: Path | None = None, anonymise: bool = Fa
         writer = csv.writer(f)
         writer.writerow(["mistake", "variant", "title", "function", "count", "submissions"])
         for (n, fn), names in a.named.items():
-            writer.writerow([n, a.mistakes[n].variant, a.mistakes[n].title, fn, len(names), ";".join(names)])
+            writer.writerow([n, *map(text_cell, (a.mistakes[n].variant, a.mistakes[n].title, fn)), len(names),
+                             text_cell(";".join(names))])
     path = graded / "report.html"
     path.write_text(render(a, graded.name))
     return path
