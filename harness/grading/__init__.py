@@ -7,7 +7,7 @@ drive      the driver: the official suite against one submission's worker
 remote     the driver's side of a worker: adapter calls, gradients and modules as data
 sandbox    the confinement: bubblewrap, seccomp, a cgroup and a uid per submission
 report     the class report (staff only), from what grade wrote
-gradescope the upload zip, and one submission graded inside Gradescope's container
+gradescope  the upload zip, and one submission graded inside Gradescope's container
 
 Confined (the only code that shares a process with the submission):
 worker     imports the submission and answers calls; sees one call's arguments, nothing else

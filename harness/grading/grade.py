@@ -41,7 +41,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from harness.contract import ADAPTERS
 from harness.grading import wire
-from harness.grading.report import code_hash, text_cell, write_report
+from harness.grading.report import POINTS_ENTRY, code_hash, text_cell, write_report
 from harness.scoring import Result, scores
 from harness.grading.sandbox import (BASE_UID, OOM_DRIVER, UID_BLOCK, UID_BLOCKS, WORKER_UIDS, Cgroup, Protections,
                                      Sandbox, kill_group, kill_uid, kill_until_none, remove_orphan_sandboxes,
@@ -461,7 +461,7 @@ def results_json(graded: Graded, term: str) -> dict:
         })
     for fn, (earned, most) in points.items():
         if most:
-            tests.append({"name": f"{fn}: points", "score": round(earned, 4), "max_score": round(most, 4),
+            tests.append({"name": f"{fn}: {POINTS_ENTRY}", "score": round(earned, 4), "max_score": round(most, 4),
                           "status": "passed" if earned == most else "failed", "output": POINTS_NOTE,
                           "visibility": "after_published", "tags": [ADAPTERS[fn].unit] if fn in ADAPTERS else []})
     hidden = sum(t.hidden for t in graded.tests)

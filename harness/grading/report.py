@@ -90,6 +90,8 @@ def from_text_cell(cell: str) -> str:
 
 # ---------------------------------------------------------------- what the grader wrote
 
+POINTS_ENTRY = "points"  # results.json's "FUNCTION: points" entry (harness/grading/grade.py)
+
 @dataclass
 class Result:
     function: str
@@ -125,6 +127,8 @@ def load(graded: Path) -> tuple[list[Submission], float]:
             if (folder / "results.json").is_file():
                 for t in json.loads((folder / "results.json").read_text()).get("tests", []):
                     function, _, test = t["name"].partition(": ")
+                    if test == POINTS_ENTRY:  # a function's points, not a test (grades.csv has them)
+                        continue
                     sub.results.append(Result(function, test, t.get("visibility") == "after_published",
                                               t.get("status") == "passed", t.get("output", "")))
             subs.append(sub)
