@@ -50,11 +50,12 @@ SCRATCH_BYTES = 256 << 20  # the scratch tmpfs
 OUTPUT_CAP = 1 << 20       # bytes of visible-phase output kept
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 OOM_DRIVER, OOM_SANDBOX, OOM_WORKER = -900, 500, 1000  # who the OOM killer takes first: workers
-# /proc files that count for the whole machine (processes forked, memory, load, interrupts): a
-# submission reading one while another makes it move is a channel between them. Empty in a sandbox.
+# /proc files that count for the whole machine (processes forked, memory, load, interrupts, the
+# CPUs' idle time in uptime): a submission reading one while another makes it move is a channel
+# between them. Empty in a sandbox (sysinfo(2), the same counters by syscall, is denied).
 HOST_COUNTERS = ("stat", "loadavg", "meminfo", "vmstat", "interrupts", "softirqs", "diskstats", "schedstat",
                  "zoneinfo", "buddyinfo", "pagetypeinfo", "slabinfo", "pressure/cpu", "pressure/memory",
-                 "pressure/io", "locks", "sys/fs/file-nr", "sys/fs/inode-nr", "sys/fs/inode-state",
+                 "pressure/io", "locks", "uptime", "swaps", "sys/fs/file-nr", "sys/fs/inode-nr", "sys/fs/inode-state",
                  "sys/fs/dentry-state", "sys/fs/aio-nr", "sys/kernel/pty/nr", "sys/kernel/random/entropy_avail")
 # Open files per process: with PIDS processes, at most PIDS x NOFILE of the kernel's file table
 # (fs.file-max, shared by the machine), so one submission cannot starve every other of files.
