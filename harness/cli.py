@@ -101,7 +101,8 @@ def parser(instructor: bool) -> argparse.ArgumentParser:
                        help="CPU seconds one call of the submission's code may use (default 30)")
     grade.add_argument("--require-confinement", action="store_true",
                        help="refuse to grade unless the bubblewrap sandbox (and, as root, the uid drop) is available")
-    grade.add_argument("--memory-mb", type=int, default=4096, help="address-space cap per submission (default 4096)")
+    grade.add_argument("--memory-mb", type=int, default=4096, help="memory per submission: all its processes together where cgroups can be made, "
+                       "else the address space of each process (default 4096)")
     grade.add_argument("--shard", type=shard_arg, metavar="K/N",
                        help="grade only the K-th of N slices of the submissions (by sorted name): N machines given "
                             "the same submissions grade each once; `merge` joins their --out folders")

@@ -157,13 +157,16 @@ def test_shards_cover_each_submission_once_in_any_order(count, n):
 
 def test_merged_shards_write_what_one_folder_of_them_all_writes(tmp_path):
     """Into a folder that holds results already: a shard's result replaces the one of its name,
-    the others stay. The same result in two shards (a shard given twice) is fine."""
+    the others stay. The same result in two shards (a shard given twice, a result whose run took
+    longer) is fine."""
     a, b, c = _graded("alice"), _graded("bob", "failed"), _graded("carol")
     _folder(tmp_path / "s1", a, c)
     _folder(tmp_path / "s2", b)
     Results(_folder(tmp_path / "one", a, b, c, _graded("dave"))).write()
     _folder(tmp_path / "merged", _graded("alice", "failed"), _graded("dave"))
-    graded, problems = merge([tmp_path / "s1", tmp_path / "s2", tmp_path / "s1"], tmp_path / "merged", PROJECT)
+    _folder(tmp_path / "s3", _graded("carol", seconds=7.0))  # carol again, graded more slowly: the same grade
+    graded, problems = merge([tmp_path / "s1", tmp_path / "s2", tmp_path / "s1", tmp_path / "s3"], tmp_path / "merged",
+                             PROJECT)
     assert not problems and [g.name for g in graded] == ["alice", "bob", "carol", "dave"]
     assert (tmp_path / "merged" / "grades.csv").read_text() == (tmp_path / "one" / "grades.csv").read_text()
     assert (tmp_path / "merged" / "report.html").is_file() and (tmp_path / "merged" / "mistakes.csv").is_file()
@@ -182,7 +185,7 @@ def test_merge_refuses_and_copies_nothing(tmp_path, trouble, said):
     _folder(tmp_path / "s1", _graded("alice"), _graded("carol"))
     _folder(tmp_path / "s2", _graded("bob"))
     if trouble == "two results of one name":
-        _folder(tmp_path / "s2", _graded("alice", seconds=2.5))
+        _folder(tmp_path / "s2", _graded("alice", "failed"))
     elif trouble == "a result that cannot be used":
         (tmp_path / "s2" / "bob" / "graded.json").write_text("{")
     elif trouble == "not a folder":
@@ -198,7 +201,7 @@ def test_merge_refuses_and_copies_nothing(tmp_path, trouble, said):
 
 def test_merge_command(tmp_path):
     _folder(tmp_path / "s1", _graded("alice"))
-    _folder(tmp_path / "s2", _graded("alice", seconds=9.0))
+    _folder(tmp_path / "s2", _graded("alice", "failed"))
     run = [sys.executable, "-m", "harness", "merge", str(tmp_path / "s1"), str(tmp_path / "s2"),
            "--out", str(tmp_path / "merged")]
     refused = subprocess.run(run, cwd=PROJECT, capture_output=True, text=True)

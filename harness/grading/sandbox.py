@@ -96,7 +96,9 @@ class Protections:
             on += ["filesystem allow-list", "no network", "PID namespace",
                    f"scratch on a {SCRATCH_BYTES >> 20} MiB tmpfs"]
         else:
-            off += ["filesystem allow-list", "no network", "PID namespace (install bubblewrap)"]
+            why = ("bubblewrap is installed but cannot make namespaces here" if shutil.which("bwrap")
+                   else "install bubblewrap")
+            off += ["filesystem allow-list", "no network", f"PID namespace ({why})"]
         if self.seccomp:
             on.append("seccomp (no kernel keyring, no sysinfo, no user namespaces)")
         else:
