@@ -13,6 +13,7 @@ import pytest
 
 from harness.case_rules import axis_problems, clashes, exponential_ranges, narrow_spread, public, unvaried
 from harness.catalogue import CATALOGUE, case, given, normal
+from harness.contract import UNITS
 
 OUTPUT_CASES = [s for s in CATALOGUE if s.check == "output"]
 
@@ -61,6 +62,26 @@ def test_term_new_and_contract_check_refuse_a_clash(monkeypatch, tmp_path, capsy
     assert not (tmp_path / "fixtures" / "t").exists()
     assert contract_render(PROJECT, argparse.Namespace(check=True)) == 1
     assert "catalogue: run_scaled_dot_product_attention/sq" in capsys.readouterr().out
+
+
+def test_a_function_declared_last_sorts_into_its_unit():
+    """Appending a Unit 2.1 function to contract.py (the walkthrough) lists it after Unit 2.1's last
+    function wherever functions are listed: ADAPTERS' order is what adapters.py, the student/ stubs,
+    the suite's order, grades.csv and the class report follow."""
+    from harness.contract import ADAPTERS, adapter, render_stub
+
+    @adapter("2.1", "embeddings", "return impl.embeddings.late_lookup(x)", points=1,
+             stub="def late_lookup(x: torch.Tensor) -> torch.Tensor:")
+    def run_late_lookup(x: int) -> int:
+        """A function appended to the contract after every unit's."""
+    try:
+        names, units = list(ADAPTERS), [a.unit for a in ADAPTERS.values()]
+        assert names.index("run_late_lookup") == max(i for i, u in enumerate(units) if u == "2.1"), names
+        assert units == sorted(units, key=[u.key for u in UNITS].index), "functions out of unit order"
+        stubs = render_stub("embeddings")
+        assert stubs.index("def late_lookup(") > stubs.index("class SinusoidalPositions(")
+    finally:
+        del ADAPTERS["run_late_lookup"]
 
 
 def test_an_unknown_unit_key_is_refused_with_the_valid_ones():
