@@ -77,6 +77,12 @@ def softmax_tolerance(tensors: dict) -> tuple[float, float]:
     return 1e-6, max(1e-4, 8 * 2.0 ** -23 * tensors["in_features"].abs().max().item())
 
 
+# Sizes that divide one another wherever an adapter takes both (d_k = d_model / num_heads; query heads
+# in groups of num_heads / num_kv_heads): (the multiple, its divisor). The case rules check them and
+# twins keep them (harness/case_rules.py, harness/catalogue.twin).
+DIVISIBLE = (("d_model", "num_heads"), ("num_heads", "num_kv_heads"))
+
+
 @dataclass(frozen=True)
 class Adapter:
     name: str
