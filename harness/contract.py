@@ -105,6 +105,11 @@ class Adapter:
         return self.signature.return_annotation is torch.nn.Module
 
     @property
+    def proved_by(self) -> str:
+        """A builder get_X is proved by its forward on run_X's fixture cases (tests marked forward_values)."""
+        return f"run_{self.name.removeprefix('get_')}" if self.builder else ""
+
+    @property
     def symbols(self) -> set[str]:
         """The `module.Symbol`s of the student package the glue calls."""
         return set(re.findall(r"\bimpl\.(\w+\.\w+)\(", self.glue))
