@@ -53,6 +53,7 @@ STATUS_NOTES = {
     "no-adapters": "No adapters.py was found at the top of the submission.\n",
     "bad-submission": "The submission could not be graded as sent: see the output.\n",
     "collection-error": "The tests could not start: see the output.\n",
+    "import-error": "Your code could not be imported, so no test could run it: ",
     "grader-error": "The grader failed on this submission; please tell the course staff.\n",
 }
 
@@ -85,10 +86,13 @@ class Graded:
     tampered: list[str] = field(default_factory=list)
     seconds: float = 0.0
     code_hash: str = ""         # of its normalised adapters.py and student/: the report finds identical code
+    import_error: str = ""      # status import-error: what failed, with the submission's file and line
+    points: dict[str, float] = field(default_factory=dict)  # per function, the term's own (Term.functions)
 
     def scores(self) -> dict[str, tuple[float, float]]:
         """Per test id: (score, max_score), by the rule in harness/scoring.py (the progress table's too)."""
-        return scores([Result(t.id, t.adapter, t.outcome, t.check, t.hidden, t.points, t.twin) for t in self.tests])
+        return scores([Result(t.id, t.adapter, t.outcome, t.check, t.hidden, t.points, t.twin) for t in self.tests],
+                      points=self.points or None)
 
     @property
     def score(self) -> float:
@@ -199,10 +203,14 @@ class Grader:
                              t["check"], t["points"], t["twin"])
                         for t in result["tests"]]
         graded.output = printable(result["output"])
+        graded.points = {fn: record["points"] for fn, record in result.get("functions", {}).items()}
         if result.get("sandbox_failed"):
             graded.status = "grader-error"
         elif result.get("timed_out"):
             graded.status = "timeout"
+        elif result.get("import_error"):  # every test failed for it: one status, with its file and line
+            graded.status = "import-error"
+            graded.import_error = " ".join(printable(result["import_error"]).split())[:500]
         elif not graded.tests:
             graded.status = "collection-error"
             graded.output += result.get("log", "")
@@ -442,6 +450,8 @@ def results_json(graded: Graded, term: str) -> dict:
     status_note = STATUS_NOTES[graded.status]
     if graded.status in ("bad-submission", "no-adapters"):  # a grader-error's details are the staff's
         status_note += graded.output[:2000] + "\n"
+    if graded.status == "import-error":
+        status_note += graded.import_error + "\n"
     tests, points = [], {}
     for t in graded.tests:
         fn = t.adapter or "other"
@@ -621,16 +631,20 @@ def _write_results(folder: Path, graded: Graded, term: str) -> None:
 
 
 def _write_csv(path: Path, graded: list[Graded]) -> None:
-    functions = list(ADAPTERS)
+    # The term's functions and points (every graded row holds them), else the contract's: an old
+    # term's maximum stays its own, and a function it does not cover gets no column.
+    points = next((g.points for g in graded if g.points), None) or {n: a.points for n, a in ADAPTERS.items()}
+    functions = [fn for fn in ADAPTERS if fn in points]
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["submission", "score", "max_score", "status", "seconds", "tampered", *functions])
-        total = sum(a.points for a in ADAPTERS.values())
+        writer.writerow(["submission", "score", "max_score", "status", "seconds", "tampered", "error", *functions])
+        total = sum(points[fn] for fn in functions)
         for g in graded:
             per = {fn: 0.0 for fn in functions}
             scores = g.scores()
             for t in g.tests:
                 if t.adapter in per:
                     per[t.adapter] += scores[t.id][0]
+            error = g.import_error.lstrip("=+-@\t")  # no cell a spreadsheet would run as a formula
             writer.writerow([g.name, f"{g.score:.2f}", f"{total:.2f}", g.status, f"{g.seconds:.1f}",
-                             ";".join(g.tampered), *[f"{per[fn]:.2f}" for fn in functions]])
+                             ";".join(g.tampered), error, *[f"{per[fn]:.2f}" for fn in functions]])

@@ -50,6 +50,7 @@ class Link:
         self.phase = "public"
         self.sock = None
         self.broken: str | None = None  # why this phase's workers cannot serve any call
+        self.import_error = ""  # why the submission could not be imported for its visible tests (a status)
 
     def enter(self, phase: str) -> None:
         """Switch phase; a hidden-case worker starts only once every visible-test process is dead
@@ -88,11 +89,13 @@ class Link:
             reply = self._exchange({"op": "hello"}, IMPORT_CPU)
         except (TimeoutError, WorkerFailure) as e:
             self.broken = f"importing adapters.py failed: {e}"
+            self.import_error = self.import_error or (self.broken if self.phase == "public" else "")
             raise WorkerFailure(self.broken) from None
         if not isinstance(reply, dict) or "error" in reply:  # it fails the same way every time: no retry
             error = reply.get("error") if isinstance(reply, dict) else None
             message = error.get("message") if isinstance(error, dict) else None
             self.broken = str(message)[:4000] if self.phase == "public" and message else "importing adapters.py failed"
+            self.import_error = self.import_error or (self.broken if self.phase == "public" else "")
             self._drop_worker()
             raise WorkerFailure(self.broken)
 
