@@ -105,7 +105,7 @@ class Term:
         """What this term covers, in course order: function -> {"points", "tests", "hidden_tests"}, its points
         and fixture tests when the term was built. Grading and the progress table use these points, so an old
         term keeps its maximum whatever the contract gains later, and a function it does not cover is not
-        run on it. A term built before the record (2026-fall) gets one from what it holds: the contract's
+        run on it. A term built before the record gets one from what it holds: the contract's
         points today, and a twin per public test beside its own scored hidden ones."""
         if "functions" in self.manifest:
             return self.manifest["functions"]
