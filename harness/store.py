@@ -5,6 +5,7 @@ Hidden cases live in `hidden/` with a manifest of their own, so a student releas
 is the public folder alone. Nothing here uses pickle.
 """
 
+import functools
 import hashlib
 import json
 import re
@@ -100,7 +101,7 @@ class Term:
     def hidden_counts(self) -> dict[str, int]:
         return self.manifest.get("hidden_counts", {})
 
-    @property
+    @functools.cached_property
     def functions(self) -> dict[str, dict]:
         """What this term covers, in course order: function -> {"points", "tests", "hidden_tests"}, its points
         and fixture tests when the term was built. Grading and the progress table use these points, so an old
