@@ -16,7 +16,7 @@ from harness.checks import CHECKS, checks_for
 from harness.contract import ADAPTERS
 from harness.runtime import Adapters
 from harness.paths import assemble, leaves
-from harness.store import HIDDEN, MANIFEST, Case, Term, flatten, swap_view, write_term
+from harness.store import HIDDEN, MANIFEST, Case, Term, covered, flatten, swap_view, write_term
 from reference.variants import VARIANTS, spying
 
 REFERENCE = "reference.adapters"
@@ -56,7 +56,10 @@ def build_term(project: Path, name: str, seed: int, force: bool = False, skip_un
         if not c.twin_of:
             scored[c.function] = scored.get(c.function, 0) + len(checks_for(c))
     hints = {v.name: v.hint for v in mistakes if v.hint}
-    write_term(folder, {**meta, "hidden_counts": counts, "scored_hidden": scored, "hints": hints}, *_split(public))
+    hidden_tests = {f: sum(len(checks_for(c)) for c, _ in hidden if c.function == f) for f in counts}
+    functions = covered([c for c, _ in public], hidden_tests)  # its points stay its own (Term.functions)
+    write_term(folder, {**meta, "hidden_counts": counts, "scored_hidden": scored, "functions": functions,
+                        "hints": hints}, *_split(public))
     write_term(folder / HIDDEN, {**meta, "grading_seed": grading_seed,
                                  "built_by": f"{meta['built_by']} --grading-seed {grading_seed}"}, *_split(hidden))
     return folder

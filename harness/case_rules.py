@@ -9,6 +9,9 @@ selftest (instructor only). Derived from the contract, not from lists:
   optional one is both None and given.
 - Every function whose reference applies exp, sigmoid or softmax to its inputs sees a spread
   of at least SPREAD inside one slice in a public case, not only a large offset.
+- A case names only its function's arguments, and all the required ones; sizes the contract
+  divides (DIVISIBLE: d_model by num_heads, ...) divide; and its hidden twin can differ from it.
+Every broken rule is one line naming the case and the problem, never a traceback.
 (Reduced precision judged within 1 ulp of the float32 result rounded once is the build's:
 harness/build.py sets it on every float16/bfloat16 output.)
 """
@@ -20,7 +23,8 @@ import typing
 import torch
 from torch.overrides import TorchFunctionMode
 
-from harness.contract import ADAPTERS
+from harness.catalogue import same_values, twin
+from harness.contract import ADAPTERS, DIVISIBLE
 from harness.paths import assemble, leaves
 
 
@@ -49,7 +53,8 @@ def axis_sizes(spec) -> dict[str, set[int]]:
             sizes.setdefault("batch", set()).add(tensor.shape[0])
     if "num_heads" in spec.args:
         sizes["heads"] = {spec.args["num_heads"]}
-        sizes["d_head"] = {spec.args["d_model"] // spec.args["num_heads"]}
+        if "d_model" in spec.args:  # ALiBi's slopes have heads and no width
+            sizes["d_head"] = {spec.args["d_model"] // spec.args["num_heads"]}
     if spec.args.get("num_kv_heads") is not None:
         sizes["kv_heads"] = {spec.args["num_kv_heads"]}
     return sizes
@@ -73,11 +78,57 @@ def clashes(spec) -> list[str]:
 
 
 def problems(catalogue) -> list[str]:
-    """Every broken rule of the catalogue, one line each (empty when all hold)."""
-    functions = sorted({s.function for s in catalogue})
-    out = [p for spec in catalogue for p in axis_problems(spec)]
-    out += [f"{f}: {p}" for f in functions for p in unvaried(f, catalogue)]
+    """Every broken rule of the catalogue, one line each naming the case or function (empty when all hold)."""
+    out = [p for spec in catalogue for p in case_problems(spec)]
+    functions = sorted({s.function for s in catalogue} & set(ADAPTERS))
+    out += [f"{f}: {p}" for f in functions for p in _guarded(unvaried, f, catalogue)]
     return out + [f"{f}: {p}" for f in functions if (p := narrow_spread(f, catalogue))]
+
+
+def _guarded(rule, *args) -> list[str]:
+    """A rule's lines; a rule that fails on what it checks says so in one line (the caller names where)."""
+    try:
+        return rule(*args)
+    except Exception as e:  # noqa: BLE001 - a malformed case is the news, not the rule's traceback
+        return [f"the rules cannot check it ({type(e).__name__}: {e}); fix the case"]
+
+
+def case_problems(spec) -> list[str]:
+    """Every rule on one case, each line naming it."""
+    where = f"{spec.function}/{spec.name}"
+    called = signature_problems(spec)
+    if not called:
+        called = _guarded(lambda: axis_problems(spec) + twin_problems(spec)
+                          + (divisible_problems(spec) if spec.check == "output" else []))  # a must-raise may not
+    return [p if p.startswith(where) else f"{where}: {p}" for p in called]
+
+
+def signature_problems(spec) -> list[str]:
+    """A case calls its function with the contract's arguments: none unknown, none required missing."""
+    adapter = ADAPTERS.get(spec.function)
+    if adapter is None:
+        return [f"no contract function {spec.function!r} (harness/contract.py declares the adapters)"]
+    params = adapter.signature.parameters
+    unknown = sorted(set(spec.args) - set(params))
+    missing = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in spec.args]
+    return ([f"{', '.join(unknown)}: not an argument of {spec.function}"] if unknown else []) + \
+        ([f"missing {', '.join(missing)} (a required argument of {spec.function})"] if missing else [])
+
+
+def divisible_problems(spec) -> list[str]:
+    """Sizes the contract divides (DIVISIBLE) divide in the case."""
+    args = spec.args
+    return [f"{a}={args[a]} is not a multiple of {b}={args[b]}" for a, b in DIVISIBLE
+            if isinstance(args.get(a), int) and isinstance(args.get(b), int) and args[b] and args[a] % args[b]]
+
+
+def twin_problems(spec) -> list[str]:
+    """A public case's hidden twin (harness/catalogue.twin) must differ from it, or an answer stored
+    for the public case answers the twin too."""
+    if spec.hidden or not same_values(spec, twin(spec, 0)):
+        return []
+    return ["its hidden twin would equal it: it has no random tensor, no given values a shuffle changes and "
+            "no size of 2 or more; give it one, so the twin gets fresh values"]
 
 
 def axis_problems(spec) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from harness.contract import ADAPTERS, block_weight_shapes, gpt2_block_weight_shapes, gpt2_lm_weight_shapes, \
+from harness.contract import ADAPTERS, DIVISIBLE, block_weight_shapes, gpt2_block_weight_shapes, gpt2_lm_weight_shapes, \
     lm_weight_shapes
 from harness.contract import rope_tolerance, sinusoidal_tolerance  # noqa: F401  (per-case tolerances below)
 from harness.paths import leaves
@@ -171,24 +171,63 @@ class Spec:
         return out
 
 
-# Sizes that no tensor argument depends on: a case without tensors (accounting) gets fresh ones.
-FREE_SIZES = ("vocab_size", "context_length", "num_layers", "d_ff")
-
-
 def twin(spec: Spec, seed: int) -> Spec:
-    """The hidden twin of a public case: the same function, shapes, arguments and note, on fresh
-    values. Random tensors come from the twin's own generator stream (its name differs); given
-    values are shuffled along their last axis; a case with no tensors gets fresh FREE_SIZES.
-    A stored answer to the public case is then no answer to its twin."""
+    """The hidden twin of a public case: the same function, shapes and note, on fresh values. Random
+    tensors come from the twin's own generator stream (its name differs); given values are shuffled
+    along their last axis; a case with no tensors gets a fresh value of every argument that can take
+    one (_fresh). A stored answer to the public case is then no answer to its twin."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(f"{spec.function}/{spec.name}/twin".encode()))
     args = dict(spec.args)
     for arg, value in spec.args.items():
         if isinstance(value, Gen) and value.kind == "given":
             args[arg] = given(_shuffled(torch.tensor(value.params["values"]), g).tolist())
     if not any(spec.gens()):
-        args.update({k: v + int(torch.randint(1, v // 4 + 2, (), generator=g))
-                     for k, v in spec.args.items() if k in FREE_SIZES})
+        args.update(_fresh(spec.args, g))
     return dataclasses.replace(spec, name=f"twin-{spec.name}", args=args, hidden=True, twin_of=spec.name)
+
+
+def _fresh(args: dict, g: torch.Generator) -> dict:
+    """Fresh scalars for a case without tensors: every int of 2 or more and every positive float grows by
+    a random step, and sizes the contract divides stay multiples (d_model = fresh num_heads x a fresh
+    head width; DIVISIBLE). 0, 1, flags, words and None stay: they say what the case is about (one kv
+    head is multi-query attention)."""
+    out: dict = {}
+
+    def value(name: str):
+        if name not in out:
+            v = args[name]
+            by = next((b for a, b in DIVISIBLE if a == name and type(args.get(b)) is int and args[b] > 0
+                       and v % args[b] == 0), None)
+            out[name] = value(by) * _grown(v // args[by], g) if by else _grown(v, g)
+        return out[name]
+    for name, v in args.items():
+        if type(v) in (int, float):
+            value(name)
+    return out
+
+
+def _grown(v, g: torch.Generator):
+    if type(v) is int and v >= 2:
+        return v + int(torch.randint(1, v // 4 + 2, (), generator=g))
+    if type(v) is float and v > 0:
+        return v * (1 + int(torch.randint(1, 9, (), generator=g)) / 16)
+    return v
+
+
+def same_values(a: Spec, b: Spec) -> bool:
+    """Whether two cases would be built from the same values: equal scalars, and tensors only from equal
+    given values (a random tensor comes from its case's own generator stream, which differs)."""
+    ours, theirs = dict(leaves(a.args)), dict(leaves(b.args))
+    if a.function != b.function or ours.keys() != theirs.keys():
+        return False
+    for path, x in ours.items():
+        y = theirs[path]
+        if isinstance(x, Gen) or isinstance(y, Gen):
+            if not (isinstance(x, Gen) and isinstance(y, Gen) and x.kind == y.kind == "given" and x.params == y.params):
+                return False
+        elif x != y or type(x) is not type(y):
+            return False
+    return True
 
 
 def _shuffled(t: torch.Tensor, g: torch.Generator) -> torch.Tensor:

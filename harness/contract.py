@@ -11,6 +11,7 @@ groups functions by unit.
 """
 
 import inspect
+import re
 import textwrap
 from dataclasses import dataclass
 from typing import Callable
@@ -76,6 +77,12 @@ def softmax_tolerance(tensors: dict) -> tuple[float, float]:
     return 1e-6, max(1e-4, 8 * 2.0 ** -23 * tensors["in_features"].abs().max().item())
 
 
+# Sizes that divide one another wherever an adapter takes both (d_k = d_model / num_heads; query heads
+# in groups of num_heads / num_kv_heads): (the multiple, its divisor). The case rules check them and
+# twins keep them (harness/case_rules.py, harness/catalogue.twin).
+DIVISIBLE = (("d_model", "num_heads"), ("num_heads", "num_kv_heads"))
+
+
 @dataclass(frozen=True)
 class Adapter:
     name: str
@@ -86,10 +93,26 @@ class Adapter:
     points: float     # split evenly over the function's tests (public and hidden) for partial credit
     tolerance: tuple | Callable = DEFAULT_TOLERANCE
     stub: str = ""    # the student-side definition the glue calls, without a body ("" if another adapter's)
+    example: dict | None = None  # a module builder's arguments where the suite builds one (it has no cases)
 
     @property
     def signature(self) -> inspect.Signature:
         return inspect.signature(self.spec)
+
+    @property
+    def builder(self) -> bool:
+        """A get_* function: it returns a module, which no fixture can store."""
+        return self.signature.return_annotation is torch.nn.Module
+
+    @property
+    def proved_by(self) -> str:
+        """A builder get_X is proved by its forward on run_X's fixture cases (tests marked forward_values)."""
+        return f"run_{self.name.removeprefix('get_')}" if self.builder else ""
+
+    @property
+    def symbols(self) -> set[str]:
+        """The `module.Symbol`s of the student package the glue calls."""
+        return set(re.findall(r"\bimpl\.(\w+\.\w+)\(", self.glue))
 
     @property
     def float_args(self) -> list[str]:
@@ -98,19 +121,28 @@ class Adapter:
                 if _is_float(p.annotation) or p.annotation == dict[str, Tensor]]
 
 
+# Every contract function, in course order: by the unit order of UNITS, then as declared. Whatever
+# lists functions (adapters.py, stubs, the suite's order, the progress table, grades.csv, the class
+# report) iterates this, so a function appended to this file still sorts into its unit.
 ADAPTERS: dict[str, Adapter] = {}
 
 
-def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAULT_TOLERANCE, stub: str = ""):
+def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAULT_TOLERANCE, stub: str = "",
+            example: dict | None = None):
     """Declare one adapter: its unit, the student/ module and `glue` body the rendered
-    adapters use, its points, its output tolerance and its student stub."""
+    adapters use, its points, its output tolerance and its student stub; for a module builder,
+    the arguments the suite builds it with (`example`)."""
     if unit not in {u.key for u in UNITS}:  # else the function silently vanishes from the progress table
         raise ValueError(f"unknown unit {unit!r}; the units are {', '.join(repr(u.key) for u in UNITS)} "
                          "(add a Unit to UNITS in harness/contract.py for a new one)")
 
     def register(spec):
         ADAPTERS[spec.__name__] = Adapter(spec.__name__, unit, spec, textwrap.dedent(glue).strip(), module,
-                                          points, tolerance, textwrap.dedent(stub).strip())
+                                          points, tolerance, textwrap.dedent(stub).strip(), example)
+        order = [u.key for u in UNITS]
+        ranked = sorted(ADAPTERS.values(), key=lambda a: order.index(a.unit))  # stable: declaration order within
+        ADAPTERS.clear()
+        ADAPTERS.update((a.name, a) for a in ranked)
         return spec
     return register
 
@@ -268,7 +300,7 @@ def run_embed_with_positions(
 
 
 @adapter("2.1", "embeddings", "return impl.embeddings.Embedding(vocab_size, d_model)",
-         points=1, stub='''
+         points=1, example=dict(vocab_size=16, d_model=4), stub='''
     class Embedding(nn.Module):
         """One parameter, `weight` [vocab_size, d_model]: the table."""
 
@@ -285,7 +317,7 @@ def get_embedding(vocab_size: int, d_model: int) -> torch.nn.Module:
 
 
 @adapter("2.1", "embeddings", "return impl.embeddings.SinusoidalPositions(max_len, d_model)",
-         points=1, stub='''
+         points=1, example=dict(max_len=64, d_model=16), stub='''
     class SinusoidalPositions(nn.Module):
         def __init__(self, max_len: int, d_model: int):
 ''')
@@ -868,7 +900,7 @@ def run_gpt2_lm(
 
 @adapter("gpt2", "gpt2", """
     return impl.gpt2.GPT2LM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff)
-""", points=3)
+""", points=3, example=dict(vocab_size=20, context_length=8, d_model=8, num_layers=2, num_heads=2, d_ff=12))
 def get_gpt2_lm(
     vocab_size: int,
     context_length: int,
@@ -1001,7 +1033,8 @@ def run_gpt2_accounting(
 @adapter("init", "model", """
     return impl.model.TransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta,
                                     init_scheme=init_scheme)
-""", points=4)
+""", points=4, example=dict(vocab_size=20, context_length=8, d_model=8, num_layers=2, num_heads=2, d_ff=12,
+                            rope_theta=10000.0))
 def get_transformer_lm(
     vocab_size: int,
     context_length: int,

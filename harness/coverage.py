@@ -5,6 +5,8 @@ caught when any test fails, and named when a failure report says what it is (the
 variant's diagnosis hint, or the phrase of the probe that names it).
 """
 
+import ast
+import functools
 import multiprocessing
 import os
 from dataclasses import dataclass
@@ -106,20 +108,96 @@ def numbered(variants: dict) -> list[tuple[int, object]]:
     return sorted(out, key=lambda nv: nv[0])
 
 
+REFERENCE = Path(__file__).resolve().parents[1] / "reference"
+NOT_CODE = ("adapters.py", "variants.py", "submission.py", "__init__.py")
+
+
+@functools.cache
+def uses(reference: Path = REFERENCE) -> dict[str, frozenset[str]]:
+    """'module.Symbol' of the reference -> every 'module.Symbol' its definition names, transitively
+    (a class's bases and methods included). Read from the source, nothing imported or run."""
+    direct: dict[str, set[str]] = {}
+    for path in sorted(reference.glob("*.py")):
+        if path.name in NOT_CODE:
+            continue
+        module, tree = path.stem, ast.parse(path.read_text())
+        own = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        modules, names = {}, {}  # `from reference import rope as r` -> r: rope; `from reference.rope import X`
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module == "reference":
+                modules.update({a.asname or a.name: a.name for a in node.names})
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("reference."):
+                names.update({a.asname or a.name: f"{node.module[10:]}.{a.name}" for a in node.names})
+        for node in tree.body:
+            if node.__class__ not in (ast.FunctionDef, ast.ClassDef):
+                continue
+            found = set()
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Name) and sub.id in own:
+                    found.add(f"{module}.{sub.id}")
+                elif isinstance(sub, ast.Name) and sub.id in names:
+                    found.add(names[sub.id])
+                elif isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id in modules:
+                    found.add(f"{modules[sub.value.id]}.{sub.attr}")
+            direct[f"{module}.{node.name}"] = found - {f"{module}.{node.name}"}
+    closed = {}
+    for symbol in direct:
+        seen, todo = set(), [symbol]
+        while todo:
+            for used in direct.get(todo.pop(), ()):
+                if used not in seen:
+                    seen.add(used)
+                    todo.append(used)
+        closed[symbol] = frozenset(seen - {symbol})
+    return closed
+
+
+def depends_on(reference: Path = REFERENCE) -> dict[str, set[str]]:
+    """Contract function -> the other functions whose code its own code uses (run_transformer_lm ->
+    run_rope, run_softmax, ...): a function whose glue calls a symbol that F's symbols use. Two
+    functions of the same symbol (run_transformer_lm, get_transformer_lm) are peers, not dependencies."""
+    from harness.contract import ADAPTERS
+    used = uses(reference)
+    out = {}
+    for name, a in ADAPTERS.items():
+        reached = set().union(*(used.get(s, ()) for s in a.symbols)) - a.symbols
+        out[name] = {other for other, b in ADAPTERS.items() if other != name and b.symbols & reached}
+    return out
+
+
+def home(variant, reference: Path = REFERENCE) -> str | None:
+    """The contract function a mistake belongs to: the first (in course order) whose glue calls a piece
+    it patches, else the first whose code uses one; None if none does."""
+    from harness.contract import ADAPTERS
+    pieces, used = set(variant.patches), uses(reference)
+    direct = [n for n, a in ADAPTERS.items() if a.symbols & pieces]
+    within = [n for n, a in ADAPTERS.items() if pieces & set().union(*(used.get(s, ()) for s in a.symbols))]
+    return (direct or within or [None])[0]
+
+
 def render_mistakes(variants: dict) -> str:
-    """MISTAKES.md: the numbered list of known mistakes, generated from reference/variants.py."""
+    """MISTAKES.md: the numbered list of known mistakes, generated from reference/variants.py, in course
+    order: under each unit, by the function it belongs to (`home`), then by number."""
+    from harness.contract import ADAPTERS, UNITS
     lines = ["# Known mistakes", "",
              "Generated from `reference/variants.py` by `python -m harness contract`; do not edit by hand.",
              "Each entry is a variant of the reference that the selftest runs the student suite against:",
              "it must fail, and the failure report should name it. *Diagnosis* is what a report says",
              "when a result matches the mistake; *named by* is the phrase of the check that names it.",
-             "Run one with `pytest --adapters reference.variants:NAME`.", ""]
-    for n, v in numbered(variants):
-        lines.append(f"{n}. **{v.title}** (`{v.name}`)")
-        if v.hint:
-            lines.append(f"   Diagnosis: {v.hint}.")
-        if v.named_by:
-            lines.append(f"   Named by: \"{v.named_by}\".")
+             "Run one with `pytest --adapters reference.variants:NAME`. Numbers never change: a new",
+             "mistake takes the next one, and is listed under the unit of its function."]
+    order = list(ADAPTERS)
+    placed = sorted(((home(v), n, v) for n, v in numbered(variants)),
+                    key=lambda hnv: (order.index(hnv[0]) if hnv[0] else len(order), hnv[1]))
+    sections = [(u.title, [(n, v) for h, n, v in placed if h and ADAPTERS[h].unit == u.key]) for u in UNITS]
+    for title, entries in sections + [("Other", [(n, v) for h, n, v in placed if not h])]:
+        lines += ["", f"## {title}", ""] if entries else []
+        for n, v in entries:
+            lines.append(f"- **{n}. {v.title}** (`{v.name}`)")
+            if v.hint:
+                lines.append(f"  Diagnosis: {v.hint}.")
+            if v.named_by:
+                lines.append(f"  Named by: \"{v.named_by}\".")
     lines += ["", "## Correct alternatives", "", "Each must pass every test with no diagnosis.", ""]
     lines += [f"- **{v.title}** (`{v.name}`)" for v in variants.values() if v.correct]
     return "\n".join(lines) + "\n"

@@ -84,20 +84,23 @@ def pytest_configure(config):
         raise pytest.UsageError(str(e)) from None
     state = {"project": project, "term": term, "target": target, "pinned": pinned,
              "explicit": bool(config.getoption("--adapters") or os.environ.get("HARNESS_ADAPTERS")),
-             "functions": _functions(config), **_scope(config, project)}
+             "functions": _functions(config, term), **_scope(config, project)}
     config.stash[STATE] = state
     progress = Progress(term, target, pinned, complete=state["filters"] is not None)
     config.stash[PROGRESS] = progress
     config.pluginmanager.register(progress, "harness-progress")
 
 
-def _functions(config) -> list[str]:
+def _functions(config, term) -> list[str]:
     names = [n.strip() for value in config.getoption("--function") for n in value.split(",") if n.strip()]
     for name in names:
         if name not in ADAPTERS:
             close = difflib.get_close_matches(name, ADAPTERS, n=1)
             raise pytest.UsageError(f"--function {name}: no such contract function"
                                     + (f"; did you mean {close[0]}?" if close else ""))
+        if name not in term.functions:
+            raise pytest.UsageError(f"--function {name}: term {term.name} does not cover it (it was built "
+                                    "before the contract had it); build a new term to test it")
     return names
 
 
@@ -254,6 +257,8 @@ def pytest_collection_modifyitems(config, items):
     put the tests in course order."""
     progress = config.stash.get(PROGRESS, None)
     state = config.stash.get(STATE, {})
+    covered = set(state["term"].functions) if "term" in state else set(ADAPTERS)
+    uncovered = []  # tests of functions the term does not cover: no cases and no points on it
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec and "fixture_check" in callspec.params:
@@ -263,6 +268,11 @@ def pytest_collection_modifyitems(config, items):
             if name not in ADAPTERS:
                 raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.adapter({name!r}) is not in the contract")
             item.stash[ADAPTER] = name
+        if item.stash.get(ADAPTER, None) not in (None, *covered):
+            uncovered.append(item)
+    if uncovered:
+        config.hook.pytest_deselected(items=uncovered)
+        items[:] = [item for item in items if item.stash.get(ADAPTER, None) in (None, *covered)]
     if progress is not None and state.get("filters") is not None:
         progress.totals = dict(Counter(item.stash[ADAPTER] for item in items if ADAPTER in item.stash))
         progress.unscored = dict(Counter(item.stash[ADAPTER] for item in items

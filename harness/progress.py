@@ -4,6 +4,8 @@ It shows what ran. A function whose tests did not all run says how many did not,
 and a unit is declared done only when every test of every function in it ran and passed.
 Points follow the grader's rule (harness/scoring.py), counting a passed public test as if its
 hidden twin passes too; hidden cases that did not run here count in the split and earn nothing.
+They are the term's own (Term.functions): an old term keeps its total, and a function it does not
+cover is not listed.
 """
 
 from collections import Counter
@@ -19,6 +21,7 @@ class Progress:
 
     def __init__(self, term, target: str, pinned: str, complete: bool = True):
         self.term = term
+        self.covered = term.functions  # function -> its points on this term, and test counts
         self.target = target
         self.pinned = pinned
         self.results: dict[str, Counter] = {}
@@ -66,7 +69,11 @@ class Progress:
         missing = [Result(f"not-run/{i}", adapter, "not run", carries_points=i >= unscored)
                    for i in range(self.unrun(adapter) or 0)]
         missing += [Result(f"hidden/{i}", adapter, "not run") for i in range(self.hidden_tests(adapter))]
-        return scores(ran + missing, twins_unseen=True)
+        return scores(ran + missing, twins_unseen=True, points=self.points_by_function)
+
+    @property
+    def points_by_function(self) -> dict[str, float]:
+        return {name: record["points"] for name, record in self.covered.items()}
 
     def points(self, adapter: str) -> float:
         return sum(score for score, _ in self.scores(adapter).values())
@@ -97,9 +104,12 @@ class Progress:
         lines = [f"Progress: term {self.term.name}{about}"]
         if self.term.name != self.pinned:
             lines.append(f"  note: this release pins term {self.pinned}; you ran {self.term.name}.")
+        if later := [n for n in ADAPTERS if n not in self.covered]:
+            lines.append(f"  note: term {self.term.name} does not cover {', '.join(later)} (built before "
+                         "the contract had it): not run, and not in its points.")
         hidden = {} if self.term.hidden_loaded else self.term.hidden_counts
         for unit in UNITS:
-            members = [a.name for a in ADAPTERS.values() if a.unit == unit.key]
+            members = [a.name for a in ADAPTERS.values() if a.unit == unit.key and a.name in self.covered]
             names = [n for n in members if n in self.results]
             if not names:
                 continue
@@ -111,7 +121,7 @@ class Progress:
                 note = f"  {unrun} not run" if unrun else ""
                 note += f"  +{hidden[name]} hidden" if hidden.get(name) else ""
                 lines.append(f"  {name:<38} {self.status(name):<16} {counts['passed']:>3}/{ran:<3} tests "
-                             f"{self.points(name):4.1f}/{ADAPTERS[name].points} points{note}")
+                             f"{self.points(name):4.1f}/{self.covered[name]['points']} points{note}")
             done = [n for n in members if self.unrun(n) == 0 and n in self.results and self.status(n) == "passed"]
             if len(done) == len(members):
                 lines.append(f"  -> every function passes. Next: {unit.next_step}")
@@ -123,8 +133,8 @@ class Progress:
 
     def total_lines(self, hidden: dict) -> list[str]:
         """The total, and how hidden cases add to it."""
-        functions = [n for n in ADAPTERS if n in self.totals] or list(ADAPTERS)
-        total = sum(ADAPTERS[n].points for n in functions)
+        functions = [n for n in self.covered if n in self.totals] or list(self.covered)
+        total = sum(self.covered[n]["points"] for n in functions)
         earned = sum(self.points(n) for n in self.results)
         public = sum(self.max_public_points(n) for n in functions)
         scope = "" if self.full_run() else " that ran"

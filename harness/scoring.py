@@ -39,8 +39,11 @@ class Result:
     twin: str = ""               # a public case's check: the id of the same check on its twin
 
 
-def scores(results: list[Result], twins_unseen: bool = False) -> dict[str, tuple[float, float]]:
-    """Per test id: (score, max_score); each function's max_scores add up to its points."""
+def scores(results: list[Result], twins_unseen: bool = False,
+           points: dict[str, float] | None = None) -> dict[str, tuple[float, float]]:
+    """Per test id: (score, max_score); each function's max_scores add up to its points: the term's own
+    (`points`, from Term.functions: what the contract gave when it was built), else the contract's."""
+    points = {n: a.points for n, a in ADAPTERS.items()} if points is None else points
     by_id = {r.id: r for r in results}
     fresh = {r.function for r in results
              if r.check == "output" and r.outcome == "passed" and (r.hidden or twins_unseen)}
@@ -49,9 +52,8 @@ def scores(results: list[Result], twins_unseen: bool = False) -> dict[str, tuple
         by_function.setdefault(r.function, []).append(r)
     out = {}
     for fn, tests in by_function.items():
-        adapter = ADAPTERS.get(fn)
         scored = [r for r in tests if r.carries_points]
-        base, extra = divmod(round(adapter.points * UNITS) if adapter else 0, max(len(scored), 1))
+        base, extra = divmod(round(points.get(fn, 0) * UNITS), max(len(scored), 1))
         shares = {r.id: (base + (i < extra)) / UNITS for i, r in enumerate(scored)}
         proved = fn in fresh
         for r in tests:

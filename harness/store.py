@@ -5,6 +5,7 @@ Hidden cases live in `hidden/` with a manifest of their own, so a student releas
 is the public folder alone. Nothing here uses pickle.
 """
 
+import functools
 import hashlib
 import json
 import re
@@ -100,6 +101,20 @@ class Term:
     def hidden_counts(self) -> dict[str, int]:
         return self.manifest.get("hidden_counts", {})
 
+    @functools.cached_property
+    def functions(self) -> dict[str, dict]:
+        """What this term covers, in course order: function -> {"points", "tests", "hidden_tests"}, its points
+        and fixture tests when the term was built. Grading and the progress table use these points, so an old
+        term keeps its maximum whatever the contract gains later, and a function it does not cover is not
+        run on it. A term built before the record gets one from what it holds: the contract's
+        points today, and a twin per public test beside its own scored hidden ones."""
+        if "functions" in self.manifest:
+            return self.manifest["functions"]
+        public = [c for c in self.cases if not c.hidden]
+        twins = covered(public, {})
+        return covered(public, {f: self.scored_hidden.get(f, 0) + twins.get(f, {}).get("tests", 0)
+                                for f in self.hidden_counts})
+
     @property
     def scored_hidden(self) -> dict[str, int]:
         """Hidden tests per function that carry points: its own hidden cases' checks (not the twins')."""
@@ -159,6 +174,19 @@ class Term:
         if "out" in stored:
             return stored["out"]
         return {k: v.item() for k, v in unflatten(stored, "out").items()}
+
+
+def covered(public: list[Case], hidden_tests: dict[str, int]) -> dict[str, dict]:
+    """The record of what a term covers (Term.functions) from its public cases and its hidden tests per
+    function: every contract function with cases, and every builder its cases prove (get_X by run_X)."""
+    from harness.checks import checks_for  # it imports this module
+    from harness.contract import ADAPTERS
+    tests: dict[str, int] = {}
+    for case in public:
+        tests[case.function] = tests.get(case.function, 0) + len(checks_for(case))
+    held = set(tests) | set(hidden_tests)
+    return {name: {"points": a.points, "tests": tests.get(name, 0), "hidden_tests": hidden_tests.get(name, 0)}
+            for name, a in ADAPTERS.items() if name in held or a.proved_by in held}
 
 
 # Non-contiguous inputs are stored contiguous and viewed by swapping two axes (its own inverse):

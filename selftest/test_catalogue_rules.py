@@ -13,6 +13,7 @@ import pytest
 
 from harness.case_rules import axis_problems, clashes, exponential_ranges, narrow_spread, public, unvaried
 from harness.catalogue import CATALOGUE, case, given, normal
+from harness.contract import UNITS
 
 OUTPUT_CASES = [s for s in CATALOGUE if s.check == "output"]
 
@@ -61,6 +62,26 @@ def test_term_new_and_contract_check_refuse_a_clash(monkeypatch, tmp_path, capsy
     assert not (tmp_path / "fixtures" / "t").exists()
     assert contract_render(PROJECT, argparse.Namespace(check=True)) == 1
     assert "catalogue: run_scaled_dot_product_attention/sq" in capsys.readouterr().out
+
+
+def test_a_function_declared_last_sorts_into_its_unit():
+    """Appending a Unit 2.1 function to contract.py (the walkthrough) lists it after Unit 2.1's last
+    function wherever functions are listed: ADAPTERS' order is what adapters.py, the student/ stubs,
+    the suite's order, grades.csv and the class report follow."""
+    from harness.contract import ADAPTERS, adapter, render_stub
+
+    @adapter("2.1", "embeddings", "return impl.embeddings.late_lookup(x)", points=1,
+             stub="def late_lookup(x: torch.Tensor) -> torch.Tensor:")
+    def run_late_lookup(x: int) -> int:
+        """A function appended to the contract after every unit's."""
+    try:
+        names, units = list(ADAPTERS), [a.unit for a in ADAPTERS.values()]
+        assert names.index("run_late_lookup") == max(i for i, u in enumerate(units) if u == "2.1"), names
+        assert units == sorted(units, key=[u.key for u in UNITS].index), "functions out of unit order"
+        stubs = render_stub("embeddings")
+        assert stubs.index("def late_lookup(") > stubs.index("class SinusoidalPositions(")
+    finally:
+        del ADAPTERS["run_late_lookup"]
 
 
 def test_an_unknown_unit_key_is_refused_with_the_valid_ones():
@@ -113,3 +134,72 @@ def test_term_new_refuses_a_catalogue_that_breaks_the_rules(monkeypatch, tmp_pat
     monkeypatch.setattr(harness.build, "CATALOGUE", [s for s in CATALOGUE if s.name != "spread-300"])
     with pytest.raises(ValueError, match="run_softmax: the widest"):
         harness.build.build_term(tmp_path, "broken", seed=1)
+
+
+# ---------------------------------------------------------------- twins differ; a broken case is a message
+
+def test_twins_of_cases_without_tensors_take_a_fresh_value_of_every_size():
+    """An accounting case has no tensor to redraw: its twin must move every size (num_heads too, not
+    only vocab_size, context_length, num_layers and d_ff), and keep the contract's divisibility."""
+    from harness.catalogue import same_values, twin
+    from harness.contract import DIVISIBLE
+    plain = [s for s in CATALOGUE if not s.hidden and not any(s.gens())]
+    assert plain, "the catalogue has no case without tensors"
+    for spec in plain:
+        fresh = twin(spec, seed=99)
+        same = [k for k, v in spec.args.items() if type(v) is int and v >= 2 and fresh.args[k] == v]
+        assert not same and not same_values(spec, fresh), f"{spec.function}/{spec.name}: {same} stay the same"
+        for a, b in DIVISIBLE:
+            if isinstance(fresh.args.get(a), int) and isinstance(fresh.args.get(b), int):
+                assert fresh.args[a] % fresh.args[b] == 0, f"{spec.function}/{spec.name}: {a} % {b}"
+
+
+def test_a_twin_that_would_equal_its_public_case_is_refused(monkeypatch, tmp_path, capsys):
+    """Nothing in it can take a fresh value: one given position, and d_model that sets no input's
+    shape. `term new`, `contract --check` and the rules refuse it, naming it."""
+    import argparse
+
+    import harness.build
+    import harness.catalogue
+    from harness.case_rules import case_problems
+    from harness.cli import contract_render
+    from conftest import PROJECT
+    frozen = case("run_sinusoidal_positions", "one-position", "", d_model=8, token_positions=given([5]))
+    assert any("twin would equal it" in p for p in case_problems(frozen)), case_problems(frozen)
+    assert not case_problems(dataclasses.replace(frozen, args={**frozen.args, "token_positions": given([5, 9])}))
+    catalogue = [s for s in CATALOGUE if s.function != "run_sinusoidal_positions"] + \
+        [frozen, *[s for s in CATALOGUE if s.function == "run_sinusoidal_positions"]]
+    monkeypatch.setattr(harness.catalogue, "CATALOGUE", catalogue)
+    monkeypatch.setattr(harness.build, "CATALOGUE", catalogue)
+    with pytest.raises(ValueError, match="run_sinusoidal_positions/one-position: its hidden twin would equal it"):
+        harness.build.build_term(tmp_path, "t", 1)
+    assert contract_render(PROJECT, argparse.Namespace(check=True)) == 1
+    assert "catalogue: run_sinusoidal_positions/one-position: its hidden twin" in capsys.readouterr().out
+
+
+def run_heads_only(num_heads: int) -> int:
+    """A function of num_heads alone (as ALiBi's slopes are), declared by the test below."""
+
+
+def test_a_broken_case_is_refused_with_a_message_never_a_traceback():
+    """Each broken case is one line naming it and the problem: a typo in an argument, a missing one, an
+    unknown function, sizes that do not divide; and heads without d_model is no KeyError."""
+    from harness.case_rules import case_problems, problems
+    from harness.contract import ADAPTERS, adapter
+    mha = next(s for s in CATALOGUE if s.function == "run_multihead_self_attention" and not s.hidden)
+    typo = dataclasses.replace(mha, name="typo", args={**{k: v for k, v in mha.args.items() if k != "num_heads"},
+                                                        "num_head": 4})
+    assert case_problems(typo) == ["run_multihead_self_attention/typo: num_head: not an argument of "
+                                   "run_multihead_self_attention",
+                                   "run_multihead_self_attention/typo: missing num_heads (a required argument "
+                                   "of run_multihead_self_attention)"]
+    uneven = dataclasses.replace(mha, name="uneven", args={**mha.args, "num_heads": 5})
+    assert "run_multihead_self_attention/uneven: d_model=24 is not a multiple of num_heads=5" in case_problems(uneven)
+    assert case_problems(case("run_nothing", "x", n=1)) == [
+        "run_nothing/x: no contract function 'run_nothing' (harness/contract.py declares the adapters)"]
+    assert problems([case("run_nothing", "x", n=1)])  # the whole catalogue's rules run too, without raising
+    adapter("2.5", "rope", "return impl.rope.heads_only(num_heads)", points=1)(run_heads_only)
+    try:
+        assert case_problems(case("run_heads_only", "8", num_heads=8)) == []
+    finally:
+        del ADAPTERS["run_heads_only"]

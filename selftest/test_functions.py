@@ -19,7 +19,7 @@ from conftest import run_suite
 from harness.catalogue import CATALOGUE
 from harness.contract import ADAPTERS
 
-BUILDERS = [n for n, a in ADAPTERS.items() if a.signature.return_annotation is torch.nn.Module]
+BUILDERS = [n for n, a in ADAPTERS.items() if a.builder]
 FUNCTIONS = [n for n in ADAPTERS if n not in BUILDERS]
 
 
@@ -49,10 +49,35 @@ def test_function_has_a_device_probe(collected, name):
         f"{name} has no meta-device probe in tests/test_devices.py"
 
 
-SIZES = {"vocab_size": 11, "d_model": 8, "num_heads": 2, "num_kv_heads": 1, "d_ff": 12, "context_length": 16, "max_seq_len": 16,
-         "max_len": 16, "theta": 10000.0, "rope_theta": 10000.0, "num_layers": 1, "in_features": 8,
-         "out_features": 6, "d_k": 8}
 CLASSES = {a.stub.split()[1].split("(")[0]: a for a in ADAPTERS.values() if a.stub.lstrip().startswith("class ")}
+
+
+def built(cls: str) -> torch.nn.Module:
+    """The reference's `cls`, built as the glue of an adapter builds it: with the arguments of that
+    function's first public case, or a builder's declared `example`. From the contract and the
+    catalogue alone, so a new module (num_buckets, ...) needs no edit here."""
+    import ast
+    import importlib
+    module = CLASSES[cls].impl_module
+    importlib.import_module(f"reference.{module}")
+    for a in ADAPTERS.values():
+        calls = [n for n in ast.walk(ast.parse(a.glue))
+                 if isinstance(n, ast.Call) and ast.unparse(n.func) == f"impl.{module}.{cls}"]
+        first = next((s for s in CATALOGUE if s.function == a.name and not s.hidden and s.check == "output"), None)
+        if not calls or (first is None and a.example is None):
+            continue
+        defaults = {n: p.default for n, p in a.signature.parameters.items() if p.default is not p.empty}
+        values = a.example or {**first.args, **first.generate(0)}  # tensors too: the glue may pass x.device
+        return eval(ast.unparse(calls[0]), {**defaults, **values, "impl": importlib.import_module("reference")})
+    raise AssertionError(f"no adapter builds {cls} with arguments: give a function whose glue builds it a public "
+                         "case in harness/catalogue.py, or its builder example= in harness/contract.py")
+
+
+@pytest.mark.parametrize("name", BUILDERS)
+def test_builder_declares_the_arguments_it_is_built_with(name):
+    example = ADAPTERS[name].example
+    assert example is not None, f"{name}: declare example=dict(...) with its adapter: the arguments the suite builds it with"
+    ADAPTERS[name].signature.bind(**example)
 
 
 @pytest.mark.parametrize("cls", CLASSES)
@@ -60,13 +85,9 @@ def test_docstrings_name_every_parameter_the_tests_load(cls):
     """Tests load weights into a student's module by name (run_transformer_lm loads
     token_embeddings.weight into the Embedding of get_embedding): the docs of each class
     (its stub, and the adapters that build it) must name each of its parameters."""
-    import importlib
-    import inspect
     import re
     module = CLASSES[cls].impl_module
-    reference = getattr(importlib.import_module(f"reference.{module}"), cls)
-    needed = [p for p in inspect.signature(reference).parameters.values() if p.default is p.empty]
-    state = reference(**{p.name: SIZES[p.name] for p in needed}).state_dict()
+    state = built(cls).state_dict()
     docs = CLASSES[cls].stub + "".join(a.spec.__doc__ for a in ADAPTERS.values() if f"impl.{module}.{cls}(" in a.glue)
     missing = sorted({key.split(".")[0] for key in state} - set(re.findall(r"\w+", docs)))
     assert not missing, f"{cls}: say in its stub's or its adapter's docstring that it holds {missing}"

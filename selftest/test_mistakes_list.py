@@ -8,7 +8,7 @@ from conftest import PROJECT
 from harness.coverage import numbered, render_mistakes
 from reference.variants import VARIANTS
 
-ENTRY = re.compile(r"^(\d+)\. \*\*(.+?)\*\* \(`(\w+)`\)$", re.M)
+ENTRY = re.compile(r"^- \*\*(\d+)\. (.+?)\*\* \(`(\w+)`\)$", re.M)
 
 
 def test_mistakes_list_is_generated_from_the_variants():
@@ -19,7 +19,7 @@ def test_mistakes_list_is_generated_from_the_variants():
 def test_every_mistake_has_one_number_and_every_number_one_variant():
     entries = ENTRY.findall((PROJECT / "MISTAKES.md").read_text())
     numbers = [int(n) for n, _, _ in entries]
-    assert numbers == list(range(1, len(numbers) + 1)), "numbers must run 1..N with no gap or repeat"
+    assert sorted(numbers) == list(range(1, len(numbers) + 1)), "numbers must run 1..N with no gap or repeat"
     assert sorted(name for _, _, name in entries) == sorted(v.name for v in VARIANTS.values() if not v.correct)
     for _, title, name in entries:
         assert title == VARIANTS[name].title
@@ -29,3 +29,17 @@ def test_a_variant_without_a_number_gets_the_next_free_one():
     fake = {n: SimpleNamespace(name=n, mistake=m, correct=c) for n, m, c in
             [("a", 2, False), ("b", None, False), ("ok", None, True), ("c", 1, False), ("d", None, False)]}
     assert [(n, v.name) for n, v in numbered(fake)] == [(1, "c"), (2, "a"), (3, "b"), (4, "d")]
+
+
+def test_a_mistake_added_last_is_listed_under_its_functions_unit():
+    """Appending a Unit 2.1 function's mistake to variants.py (as the README's walkthrough does) lists it
+    among Unit 2.1's, keeping its number: the list is in course order, as every list of functions is."""
+    from harness.contract import UNITS
+    late = SimpleNamespace(name="late_lookup", title="a late lookup mistake", mistake=None, correct=False,
+                           hint="", named_by="", patches={"embeddings.embedding_lookup": None})
+    text = render_mistakes({**VARIANTS, late.name: late})
+    sections = {s.split("\n", 1)[0]: s for s in text.split("\n## ")[1:]}
+    number = len([v for v in VARIANTS.values() if not v.correct]) + 1
+    assert f"- **{number}. a late lookup mistake** (`late_lookup`)" in sections[UNITS[0].title]
+    assert [title for title in sections if title != "Correct alternatives"] == \
+        [u.title for u in UNITS if u.title in sections], "units in the order of UNITS"

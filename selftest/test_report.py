@@ -17,6 +17,7 @@ import pytest
 
 from conftest import PROJECT
 from harness.grading.drive import HIDDEN_FAILURES
+from harness.grading.remote import WorkerFailure
 from harness.grading.grade import Graded, Results, Test as Run, _write_results
 from harness.grading.report import Submission, Result, analyse, code_hash, known_mistakes, write_report
 
@@ -152,6 +153,43 @@ def test_crash_kinds_identical_code_and_flags(report, tmp_path):
     for text in ("tests/test_fixtures.py", "zzbroken: grader-error", "zzref, zzref_copy", "For course staff only"):
         assert text in html, text
     assert "<script" not in html and "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_public_pass_hidden_fail_flags_only_functions_whose_own_code_fails():
+    """A RoPE mistake fails the LM's hidden forward too (get_transformer_lm uses RoPE): the flag is the
+    function whose own hidden cases fail while every function its code uses passes."""
+    def run(fn, test, hidden, passed):
+        return Result(fn, test, hidden, passed, "" if passed else "values differ")
+    lm = [run("get_transformer_lm", "init", False, True), run("get_transformer_lm", "forward", True, False)]
+    rope = [run("run_rope", "a", False, False), run("run_rope", "hidden-1", True, False)]
+    overfit = [run("run_rope", "a", False, True), run("run_rope", "hidden-1", True, False)]
+    subs = [Submission("zzrope", 0, "ok", [], {}, "", lm + rope), Submission("zzlm", 0, "ok", [], {}, "", lm),
+            Submission("zzoverfit", 0, "ok", [], {}, "", lm + overfit)]
+    gaps = dict(analyse(subs, 85, []).hidden_gaps)
+    assert gaps == {"zzlm": ["get_transformer_lm"], "zzoverfit": ["run_rope"]}, gaps
+
+
+def test_a_submission_that_cannot_be_imported_has_its_own_status_and_is_listed_apart(tmp_path):
+    """A SyntaxError in student/ fails every test the same way: its status says so with the file and
+    line (results.json, grades.csv), and the report lists it apart, not as 'worker died' per function."""
+    from harness.grading.grade import STATUS_NOTES, results_json
+    said = "importing adapters.py raised SyntaxError at student/attention.py:3 (`def softmax(x:`): invalid syntax"
+    dead = [_t(t.adapter, t.id.split("/")[-1][:-8], "failed",
+               f"{t.adapter}, a hidden case: {dict(HIDDEN_FAILURES)[WorkerFailure]}. Hidden cases show no details."
+               if t.hidden else f"{t.adapter}: {said}", t.hidden) for t in _work()]
+    broken = Graded("zzsyntax", dead, status="import-error", import_error=said, code_hash="9" * 64)
+    folder = _write(tmp_path / "g", [Graded("zzref", _work(), code_hash="1" * 64), broken])
+    assert "import-error" in STATUS_NOTES and said in results_json(broken, "term")["output"]
+    with (folder / "grades.csv").open() as f:
+        row = next(r for r in csv.DictReader(f) if r["submission"] == "zzsyntax")
+    assert row["status"] == "import-error" and row["error"] == said
+    write_report(folder, PROJECT)
+    from harness.grading.report import load
+    a = analyse(*load(folder), known_mistakes())
+    assert [s.name for s in a.unimportable] == ["zzsyntax"]
+    assert not any("worker died" in kinds for kinds in a.crashes.values()), dict(a.crashes)
+    html = (folder / "report.html").read_text()
+    assert "Could not be imported: 1" in html and "student/attention.py:3" in html
 
 
 def _sub(name: str, score: float, passes: dict[str, bool]) -> Submission:

@@ -1,9 +1,12 @@
 """The README's "Adding a function" walkthrough, replayed in a temporary copy of the
 repository: each "Append to `FILE`:" block is appended to that file, each command runs
-(NAME and SEED are the pinned term's), and the new function is then held to what the
-selftest demands: the reference passes its public and hidden tests, and its mistake is
-named in its own failure report. So the walkthrough cannot drift from the code."""
+(NAME and SEED are the pinned term's), and the new functions are then held to what the
+selftest demands: the reference passes their public and hidden tests, each mistake is
+named in its own function's failure report, the selftest's own rules hold for them with no
+edit, and nothing but the four files per function and the generated ones changed. So the
+walkthrough cannot drift from the code."""
 
+import hashlib
 import json
 import os
 import re
@@ -50,16 +53,22 @@ def added(tmp_path_factory):
     return copy
 
 
+# The README's four files per function: the contract, the reference module, the catalogue, the variants.
+HAND = {"harness/contract.py", "reference/attention.py", "reference/gpt2.py", "reference/rope.py",
+        "harness/catalogue.py", "reference/variants.py"}
+
+
 def test_walkthrough_has_its_steps():
-    assert [p for p, _ in APPENDS] == ["harness/contract.py", "reference/attention.py", "harness/catalogue.py",
-                                      "reference/variants.py"] + ["harness/contract.py", "reference/gpt2.py",
-                                                                  "harness/catalogue.py", "reference/variants.py"]
+    assert [p for p, _ in APPENDS] == [
+        "harness/contract.py", "reference/attention.py", "harness/catalogue.py", "reference/variants.py",
+        "harness/contract.py", "reference/gpt2.py", "harness/catalogue.py", "reference/variants.py",
+        "harness/contract.py", "reference/rope.py", "harness/catalogue.py", "reference/variants.py"]
     assert any(c.startswith("python -m harness contract") for c in COMMANDS)
     assert any(c.startswith("python -m harness term new") for c in COMMANDS)
     assert "pytest selftest -n auto" in COMMANDS
 
 
-# The checks of the two new functions, in one interpreter of the copy (each start costs
+# The checks of the new functions, in one interpreter of the copy (each start costs
 # an import of torch): `contract --check`, then the suite against the reference and against
 # each new mistake. Prints {check: [exit code, output]} as JSON.
 CHECKS = """
@@ -73,13 +82,15 @@ def contract():
     except SystemExit as e:
         return e.code
 
-def suite(adapters, *extra, function="run_squared_relu,run_geglu"):
+def suite(adapters, *extra, function="run_squared_relu,run_geglu,run_alibi_slopes"):
     return pytest.main(["-q", "-p", "no:cacheprovider", "--adapters", adapters, *extra, "--function", function])
 
 results = {}
-for name, check in [("contract", contract), ("reference", lambda: suite("reference.adapters", "--hidden")),
+for name, check in [("contract", contract), ("reference", lambda: suite("reference.adapters", "--hidden", "-rA")),
                     ("mistake", lambda: suite("reference.variants:relu_not_squared", function="run_squared_relu")),
-                    ("module mistake", lambda: suite("reference.variants:geglu_w1_w3_swapped", function="run_geglu"))]:
+                    ("module mistake", lambda: suite("reference.variants:geglu_w1_w3_swapped", function="run_geglu")),
+                    ("no-tensor mistake", lambda: suite("reference.variants:alibi_slopes_from_zero",
+                                                        function="run_alibi_slopes"))]:
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         code = check()
@@ -123,3 +134,60 @@ def test_the_module_mistake_is_named_in_its_report(checked):
     code, output = checked["module mistake"]
     assert code == 1, output[-3000:]
     assert "W1 and W3 swapped in GEGLU" in output
+
+
+def test_the_function_without_tensors_passes_its_device_probe_and_gets_a_fresh_twin(added, checked):
+    """ALiBi's slopes take no tensor: the device probe judges them by torch's default device (it once
+    failed the reference), and the twin's num_heads is fresh (it once stayed equal: the same case)."""
+    code, output = checked["reference"]
+    assert re.search(r"PASSED tests/test_devices.py::test_function_runs_on_meta_device\[run_alibi_slopes\]", output), \
+        output[-3000:]
+    hidden = json.loads((added / "fixtures" / TERM / "hidden" / "manifest.json").read_text())["cases"]
+    twins = {c["twin_of"]: c["args"] for c in hidden if c["function"] == "run_alibi_slopes" and c.get("twin_of")}
+    assert twins["8-heads"]["num_heads"] != 8 and twins["6-heads"]["num_heads"] != 6, twins
+
+
+def test_the_new_mistake_of_a_function_without_tensors_is_named(checked):
+    code, output = checked["no-tensor mistake"]
+    assert code == 1 and "slopes counted from h = 0" in output, output[-3000:]
+
+
+def test_new_functions_sort_into_their_units(added):
+    """Appended last, each is listed with its unit: in adapters.py, and its mistake in MISTAKES.md."""
+    adapters = (added / "adapters.py").read_text()
+    order = ["run_multihead_self_attention", "run_squared_relu", "run_rope", "run_multihead_self_attention_with_rope",
+             "run_alibi_slopes", "run_rmsnorm", "get_gpt2_lm", "run_geglu", "run_transformer_accounting"]
+    assert [adapters.index(f"def {name}(") for name in order] == sorted(adapters.index(f"def {name}(") for name in order)
+    units = {section.split("\n", 1)[0]: section for section in (added / "MISTAKES.md").read_text().split("\n## ")}
+    assert "`relu_not_squared`" in units["Unit 2.2: attention"] and "`alibi_slopes_from_zero`" in units["Unit 2.5: RoPE"]
+
+
+def _digests(root) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and not any(".egg-info" in q for q in p.parts)}
+
+
+def test_only_the_four_files_per_function_change_by_hand(added):
+    """The README says four files by hand: the contract, the reference module, the catalogue and the
+    variants. Everything else that changed is generated (adapters, stubs, MISTAKES.md, the term)."""
+    before, after = _digests(PROJECT), _digests(added)
+    changed = sorted(p for p in after if before.get(p) != after[p])
+    generated = {"adapters.py", "reference/adapters.py", "MISTAKES.md"}
+    other = [p for p in changed if p not in HAND | generated and not p.startswith(("student/", f"fixtures/{TERM}/"))]
+    assert not other, f"changed besides the walkthrough's files: {other}"
+
+
+def test_the_selftest_needs_no_edit_for_the_new_functions(added):
+    """The selftest's rules for every contract function (cases, a device probe, docstrings that name a
+    module's parameters, the catalogue's rules, MISTAKES.md) hold for the new ones as they stand."""
+    shutil.copytree(PROJECT / "selftest", added / "selftest",
+                    ignore=shutil.ignore_patterns("__pycache__", "hostile", "test_*.py"))
+    for name in ("test_functions.py", "test_catalogue_rules.py", "test_mistakes_list.py"):
+        shutil.copy(PROJECT / "selftest" / name, added / "selftest" / name)
+    result = python(["-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "selftest/test_functions.py",
+                     "selftest/test_catalogue_rules.py", "selftest/test_mistakes_list.py"], added)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    for test in ("test_function_has_a_device_probe[run_alibi_slopes]", "test_docstrings_name_every_parameter_the_"
+                 "tests_load[GeGLU]", "test_every_scalar_and_optional_argument_varies_in_public_cases[run_geglu]"):
+        assert f"PASSED selftest/test_{'catalogue_rules' if 'varies' in test else 'functions'}.py::{test}" \
+            in result.stdout, test

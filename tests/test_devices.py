@@ -5,8 +5,10 @@ range check, .item()) are correct code and are not penalised.
 
 A function is probed with the arguments of its first public fixture case that it passes
 on the CPU, every tensor moved to `meta` (one that passes none is not judged, and fails),
-so a new function is probed as soon as the term has a case for it.
-Module builders (get_*) have no fixture cases: they are built with the sizes below.
+so a new function is probed as soon as the term has a case for it. A function that takes no
+tensor has no input device: its tensors must be on torch's default device, as torch.arange's are.
+Module builders (get_*) have no fixture cases: they are built with the arguments their adapter
+declares (`example=` in harness/contract.py).
 """
 
 import pytest
@@ -17,15 +19,9 @@ from harness.checks import CHECKS
 from harness.contract import ADAPTERS
 from harness.probes import run_on_meta
 
-FUNCTIONS = [name for name, a in ADAPTERS.items() if a.signature.return_annotation is not torch.nn.Module]
-
-
-MODULE_CALLS = {  # builder, and the shape of the ids its forward takes
-    "get_embedding": (lambda a: a.get_embedding(16, 4), (2, 3)),
-    "get_sinusoidal_positions": (lambda a: a.get_sinusoidal_positions(64, 16), (5,)),
-    "get_transformer_lm": (lambda a: a.get_transformer_lm(20, 8, 8, 2, 2, 12, 10000.0), (2, 5)),
-    "get_gpt2_lm": (lambda a: a.get_gpt2_lm(20, 8, 8, 2, 2, 12), (2, 5)),
-}
+FUNCTIONS = [name for name, a in ADAPTERS.items() if not a.builder]
+BUILDERS = [name for name, a in ADAPTERS.items() if a.builder]
+IDS = (2, 3)  # what a built module's forward takes: ids or positions [batch, seq], all 0
 
 
 def _cpu_failure(adapters, term, case) -> str | None:
@@ -65,19 +61,26 @@ def test_function_runs_on_meta_device(adapters, term, name):
                              f"{cases[0].name!r}: {failures[0][:300]}). Fix the CPU failures first; this test "
                              "then checks devices only")
     kwargs = term.inputs(case)
+    if not any(isinstance(t, torch.Tensor) for t in tree_flatten(kwargs)[0]):
+        # No input device to follow: a caller picks the device by torch's default (`with torch.device(...)`).
+        default = str(torch.get_default_device())
+        out = getattr(adapters, name)(**kwargs)
+        elsewhere = [str(t.device) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and str(t.device) != default]
+        assert not elsewhere, f"{name} takes no tensor, so it has no input device to follow; it returned tensors " \
+                              f"on {elsewhere}, not torch's default device ({default})"
+        return
     out = run_on_meta(getattr(adapters, name), **on_meta(kwargs))
     assert not left_on_another_device(out), f"{name} returned tensors on {left_on_another_device(out)}, " \
                                             "not the inputs' device"
 
 
 @pytest.mark.reports_only  # the module lists its own tensors; the watcher runs in its process
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.adapter(n)) for n in MODULE_CALLS])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.adapter(n)) for n in BUILDERS])
 def test_module_moves_to_meta_device(adapters, name):
-    build, shape = MODULE_CALLS[name]
-    module = build(adapters)
-    module(torch.zeros(shape, dtype=torch.long))  # on the CPU first: only code that works is judged on devices
+    module = getattr(adapters, name)(**ADAPTERS[name].example)
+    module(torch.zeros(IDS, dtype=torch.long))  # on the CPU first: only code that works is judged on devices
     module = module.to("meta")
     left_behind = [n for n, t in [*module.named_parameters(), *module.named_buffers()] if t.device.type != "meta"]
     assert not left_behind, f".to('meta') did not move {left_behind}: register tables with register_buffer"
-    out = run_on_meta(module, torch.zeros(shape, dtype=torch.long, device="meta"))
+    out = run_on_meta(module, torch.zeros(IDS, dtype=torch.long, device="meta"))
     assert not left_on_another_device(out)

@@ -50,12 +50,14 @@ class Grading:
     def __init__(self, link: Link):
         self.link = link
         self.tests: dict[str, dict] = {}
+        self.functions: dict[str, dict] = {}  # what the term covers, with its own points (Term.functions)
 
     def adapters(self) -> Adapters:
         return Adapters("the submission's adapters.py", module=RemoteFunctions(self.link))
 
     @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, items):
+    def pytest_collection_modifyitems(self, config, items):
+        self.functions = config.stash[STATE]["term"].functions
         for test_id, facts in scoring_facts(items).items():
             self.tests[test_id] = {"id": test_id, **facts, "outcome": "not run", "message": ""}
         items.sort(key=lambda item: self.tests[item.nodeid]["hidden"])  # stable: course order within each
@@ -124,7 +126,8 @@ def grade(project: Path, term: str, submission: Path, slot: int, settings: dict)
     finally:
         output = sandbox.close()  # every process of the submission is dead after this
     return {"exit": int(code), "tests": list(plugin.tests.values()), "output": output,
-            "timed_out": link.timed_out, "sandbox_failed": link.sandbox_failed, "log": log.getvalue()[-4000:] if not plugin.tests else ""}
+            "timed_out": link.timed_out, "sandbox_failed": link.sandbox_failed, "log": log.getvalue()[-4000:] if not plugin.tests else "",
+            "import_error": link.import_error, "functions": plugin.functions}
 
 
 def main() -> None:

@@ -58,6 +58,7 @@ STATUS_NOTES = {
     "no-adapters": "No adapters.py was found at the top of the submission.\n",
     "bad-submission": "The submission could not be graded as sent: see the output.\n",
     "collection-error": "The tests could not start: see the output.\n",
+    "import-error": "Your code could not be imported, so no test could run it: ",
     "grader-error": "The grader failed on this submission; please tell the course staff.\n",
 }
 
@@ -90,10 +91,13 @@ class Graded:
     tampered: list[str] = field(default_factory=list)
     seconds: float = 0.0
     code_hash: str = ""         # of its normalised adapters.py and student/: the report finds identical code
+    import_error: str = ""      # status import-error: what failed, with the submission's file and line
+    points: dict[str, float] = field(default_factory=dict)  # per function, the term's own (Term.functions)
 
     def scores(self) -> dict[str, tuple[float, float]]:
         """Per test id: (score, max_score), by the rule in harness/scoring.py (the progress table's too)."""
-        return scores([Result(t.id, t.adapter, t.outcome, t.check, t.hidden, t.points, t.twin) for t in self.tests])
+        return scores([Result(t.id, t.adapter, t.outcome, t.check, t.hidden, t.points, t.twin) for t in self.tests],
+                      points=self.points or None)
 
     @property
     def score(self) -> float:
@@ -204,10 +208,14 @@ class Grader:
                              t["check"], t["points"], t["twin"])
                         for t in result["tests"]]
         graded.output = printable(result["output"])
+        graded.points = {fn: record["points"] for fn, record in result.get("functions", {}).items()}
         if result.get("sandbox_failed"):
             graded.status = "grader-error"
         elif result.get("timed_out"):
             graded.status = "timeout"
+        elif result.get("import_error"):  # every test failed for it: one status, with its file and line
+            graded.status = "import-error"
+            graded.import_error = " ".join(printable(result["import_error"]).split())[:500]
         elif not graded.tests:
             graded.status = "collection-error"
             graded.output += result.get("log", "")
@@ -447,6 +455,8 @@ def results_json(graded: Graded, term: str) -> dict:
     status_note = STATUS_NOTES[graded.status]
     if graded.status in ("bad-submission", "no-adapters"):  # a grader-error's details are the staff's
         status_note += graded.output[:2000] + "\n"
+    if graded.status == "import-error":
+        status_note += graded.import_error + "\n"
     tests, points = [], {}
     for t in graded.tests:
         fn = t.adapter or "other"
@@ -660,6 +670,7 @@ MAX_RECORD = 64 << 20   # bytes of one graded.json
 MAX_TESTS = 100_000
 MAX_TEXT = 1 << 14      # characters of one test's field (the driver cuts messages at 4,000)
 MAX_OUTPUT = 4 << 20    # characters of a submission's output (the sandbox keeps 1 MiB)
+MAX_FUNCTIONS = 1_000   # functions in a term's table of points
 _NAME = re.compile(r"[\w@+-][\w.@+-]*")  # what submission_name makes
 _CODE_HASH = re.compile(r"(?:[0-9a-f]{64})?")
 
@@ -737,6 +748,13 @@ def _graded_from(data, name: str) -> Graded:
         raise ValueError(f"seconds: {repr(seconds)[:100]} is not a number of seconds")
     if not (isinstance(data["code_hash"], str) and _CODE_HASH.fullmatch(data["code_hash"])):
         raise ValueError("code_hash: not a sha256 in hex")
+    if not isinstance(data["import_error"], str) or len(data["import_error"]) > MAX_TEXT:
+        raise ValueError(f"import_error: not a text of at most {MAX_TEXT:,} characters")
+    points = data["points"]
+    if not (isinstance(points, dict) and len(points) <= MAX_FUNCTIONS and all(
+            isinstance(fn, str) and len(fn) <= 100 and isinstance(v, (int, float)) and not isinstance(v, bool)
+            and math.isfinite(v) and v >= 0 for fn, v in points.items())):
+        raise ValueError("points: not a table of functions and their points")
     tests = data["tests"]
     if not isinstance(tests, list) or len(tests) > MAX_TESTS:
         raise ValueError(f"tests: not a list of at most {MAX_TESTS:,}")
@@ -770,7 +788,7 @@ class Results:
 
     def __init__(self, out: Path):
         self.out = out
-        self._read: dict[str, tuple[tuple, Graded | None, list[str] | str]] = {}  # name -> key, result, row
+        self._read: dict[str, tuple[tuple, Graded | None, dict | str]] = {}  # name -> key, result, points earned
 
     def read(self) -> tuple[list[Graded], list[str]]:
         """Every usable result, by name; and a line for each folder that holds none it can use."""
@@ -794,7 +812,7 @@ class Results:
             if entry is None or entry[0] != key:
                 try:
                     result = read_record(record, folder.name)
-                    entry = (key, result, _csv_row(result))
+                    entry = (key, result, earned(result))
                 except BadResult as e:
                     entry = (key, None, str(e))
             read[folder.name] = entry
@@ -810,7 +828,7 @@ class Results:
         result folder. Returns the results, and the lines to tell (a folder left out, a report
         that failed)."""
         graded, problems = self.read()
-        _write_csv(self.out / "grades.csv", [self._read[g.name][2] for g in graded])
+        _write_csv(self.out / "grades.csv", graded, [self._read[g.name][2] for g in graded])
         if report:
             try:
                 write_report(self.out, project)
@@ -863,22 +881,27 @@ def _copy_result(source: Path, target: Path) -> None:
             _replace(target / name, path.read_bytes())
 
 
-TOTAL = sum(a.points for a in ADAPTERS.values())
-
-
-def _csv_row(g: Graded) -> list[str]:
-    per = dict.fromkeys(ADAPTERS, 0.0)
+def earned(g: Graded) -> dict[str, float]:
+    """Per function of the term it was graded on, the points it earned."""
+    per = dict.fromkeys(g.points or {n: a.points for n, a in ADAPTERS.items()}, 0.0)
     scores = g.scores()
     for t in g.tests:
         if t.adapter in per:
             per[t.adapter] += scores[t.id][0]
-    return [text_cell(g.name), f"{g.score:.2f}", f"{TOTAL:.2f}", text_cell(g.status), f"{g.seconds:.1f}",
-            text_cell(";".join(g.tampered)), *[f"{points:.2f}" for points in per.values()]]
+    return per
 
 
-def _write_csv(path: Path, rows: list[list[str]]) -> None:
+def _write_csv(path: Path, graded: list[Graded], earned_by: list[dict[str, float]]) -> None:
+    """One row per result. The term's functions and points (every result holds them), else the
+    contract's: an old term's maximum stays its own, and a function it does not cover gets no column."""
+    points = next((g.points for g in graded if g.points), None) or {n: a.points for n, a in ADAPTERS.items()}
+    functions = [fn for fn in ADAPTERS if fn in points]
+    total = sum(points[fn] for fn in functions)
     text = io.StringIO(newline="")
     writer = csv.writer(text)
-    writer.writerow(["submission", "score", "max_score", "status", "seconds", "tampered", *ADAPTERS])
-    writer.writerows(rows)
+    writer.writerow(["submission", "score", "max_score", "status", "seconds", "tampered", "error", *functions])
+    for g, per in zip(graded, earned_by):
+        writer.writerow([text_cell(g.name), f"{g.score:.2f}", f"{total:.2f}", text_cell(g.status), f"{g.seconds:.1f}",
+                         text_cell(";".join(g.tampered)), text_cell(g.import_error),
+                         *[f"{per.get(fn, 0.0):.2f}" for fn in functions]])
     _replace(path, text.getvalue().encode())

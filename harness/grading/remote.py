@@ -50,6 +50,7 @@ class Link:
         self.phase = "public"
         self.sock = None
         self.broken: str | None = None  # why this phase's workers cannot serve any call
+        self.import_error = ""  # what the submission's import raised for its visible tests (a status of its own)
 
     def enter(self, phase: str) -> None:
         """Switch phase; a hidden-case worker starts only once every visible-test process is dead
@@ -87,12 +88,13 @@ class Link:
         try:
             reply = self._exchange({"op": "hello"}, IMPORT_CPU)
         except (TimeoutError, WorkerFailure) as e:
-            self.broken = f"importing adapters.py failed: {e}"
+            self.broken = f"importing adapters.py failed: {e}"  # died or ran out of time: no import-error status
             raise WorkerFailure(self.broken) from None
         if not isinstance(reply, dict) or "error" in reply:  # it fails the same way every time: no retry
             error = reply.get("error") if isinstance(reply, dict) else None
             message = error.get("message") if isinstance(error, dict) else None
             self.broken = str(message)[:4000] if self.phase == "public" and message else "importing adapters.py failed"
+            self.import_error = self.import_error or (self.broken if self.phase == "public" else "")
             self._drop_worker()
             raise WorkerFailure(self.broken)
 

@@ -110,6 +110,8 @@ class Submission:
     per_function: dict[str, float]
     code_hash: str = ""
     results: list[Result] = field(default_factory=list)
+    error: str = ""  # status import-error: what failed to import, with the file and line
+    points: dict[str, float] = field(default_factory=dict)  # per function, its maximum on the term graded
 
 
 def load(graded: Path) -> tuple[list[Submission], float]:
@@ -120,14 +122,17 @@ def load(graded: Path) -> tuple[list[Submission], float]:
             max_score = float(row.get("max_score") or 0) or max_score
             sub = Submission(from_text_cell(row["submission"]), float(row["score"]), row["status"],
                              [t for t in from_text_cell(row.get("tampered") or "").split(";") if t],
-                             {fn: float(row[fn]) for fn in ADAPTERS if row.get(fn)})
+                             {fn: float(row[fn]) for fn in ADAPTERS if row.get(fn)},
+                             error=from_text_cell(row.get("error") or ""))
             folder = graded / sub.name
             if (folder / "code.sha256").is_file():
                 sub.code_hash = (folder / "code.sha256").read_text().strip()
             if (folder / "results.json").is_file():
                 for t in json.loads((folder / "results.json").read_text()).get("tests", []):
                     function, _, test = t["name"].partition(": ")
-                    if test == POINTS_ENTRY:  # a function's points, not a test (grades.csv has them)
+                    if test == POINTS_ENTRY:  # a function's points on the term graded: not a test
+                        if "max_score" in t:
+                            sub.points[function] = float(t["max_score"])
                         continue
                     sub.results.append(Result(function, test, t.get("visibility") == "after_published",
                                               t.get("status") == "passed", t.get("output", "")))
@@ -228,10 +233,21 @@ class Analysis:
     hidden_gaps: list[tuple[str, list[str]]]         # submission, functions
     identical: list[list[str]]
     starter: list[str]                               # submissions identical to the starter code
+    unimportable: list[Submission] = field(default_factory=list)  # status import-error: apart from the rest
+    points: dict[str, float] = field(default_factory=dict)        # per function, on the term graded
 
 
-def analyse(subs: list[Submission], max_score: float, mistakes: list[Mistake], starter_hash: str = "") -> Analysis:
+UNIMPORTABLE = "import-error"  # its every test failed for one reason: it says nothing about any function
+
+
+def analyse(subs: list[Submission], max_score: float, mistakes: list[Mistake], starter_hash: str = "",
+            depends: dict[str, set[str]] | None = None) -> Analysis:
+    """`depends`: function -> the functions its code uses (harness.coverage.depends_on, the default)."""
     namer = Namer(mistakes)
+    if depends is None:
+        from harness.coverage import depends_on
+        depends = depends_on()
+    every, subs = subs, [s for s in subs if s.status != UNIMPORTABLE]
     functions = [fn for fn in ADAPTERS if any(fn in s.per_function for s in subs)]
     functions += sorted({r.function for s in subs for r in s.results} - set(functions))
     named: dict[tuple[int, str], set[str]] = defaultdict(set)
@@ -268,7 +284,11 @@ def analyse(subs: list[Submission], max_score: float, mistakes: list[Mistake], s
                 named[(n, fn)].add(s.name)
         for fn, ks in kinds.items():
             crashes[fn].update(ks)
-        gap = sorted((hidden_fail - public_fail) & has_public, key=functions.index)
+        # Public tests pass and its own hidden cases fail while every function it uses passes: a failure
+        # of RoPE's makes the LM's hidden cases fail too, and is RoPE's to flag.
+        failing = hidden_fail | public_fail
+        gap = sorted((fn for fn in (hidden_fail - public_fail) & has_public if not depends.get(fn, set()) & failing),
+                     key=functions.index)
         if gap:
             gaps.append((s.name, gap))
 
@@ -290,16 +310,17 @@ def analyse(subs: list[Submission], max_score: float, mistakes: list[Mistake], s
             item.discrimination = (up - down) / tail
 
     by_hash = defaultdict(list)
-    for s in subs:
+    for s in every:
         if s.code_hash:
             by_hash[s.code_hash].append(s.name)
+    points = {fn: p for s in subs for fn, p in s.points.items()}
     return Analysis(
-        subs, max_score, functions, {m.number: m for m in mistakes},
+        every, max_score, functions, {m.number: m for m in mistakes},
         {k: sorted(v) for k, v in sorted(named.items(), key=lambda kv: (kv[0][0], functions.index(kv[0][1])))},
         crashes, sorted(items.values(), key=lambda i: (functions.index(i.function), i.hidden)),
         {fn: (c[0] / c[1] if c[1] else None, c[2] / c[3] if c[3] else None) for fn, c in counts.items()},
         gaps, sorted(g for h, g in by_hash.items() if len(g) > 1 and h != starter_hash),
-        by_hash.get(starter_hash, []) if starter_hash else [])
+        by_hash.get(starter_hash, []) if starter_hash else [], [s for s in every if s.status == UNIMPORTABLE], points)
 
 
 # ---------------------------------------------------------------- outputs
@@ -395,7 +416,7 @@ def _names(names: list[str]) -> str:
 
 
 def render(a: Analysis, title: str) -> str:
-    graded = [s for s in a.subs if s.results]
+    graded = [s for s in a.subs if s.results and s.status != UNIMPORTABLE]
     n = len(graded) or 1
     out = [f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Class report: {_e(title)}</title>'
            f"<style>{STYLE}</style></head><body>",
@@ -427,8 +448,8 @@ def render(a: Analysis, title: str) -> str:
         by_fn_named[fn].append((m, names))
     gaps = Counter(fn for _, fns in a.hidden_gaps for fn in fns)
     for fn in a.functions:
-        points = ADAPTERS[fn].points if fn in ADAPTERS else 0
-        values = [s.per_function.get(fn, 0.0) for s in a.subs]
+        points = a.points.get(fn, ADAPTERS[fn].points if fn in ADAPTERS else 0)
+        values = [s.per_function.get(fn, 0.0) for s in a.subs if s.status != UNIMPORTABLE]
         pub, hid = a.public_hidden.get(fn, (None, None))
         gap = pub is not None and hid is not None and pub - hid >= 0.1
         hard = [i for i in by_fn_items[fn] if i.taken and i.facility < 0.5]
@@ -523,7 +544,13 @@ def render(a: Analysis, title: str) -> str:
     if tampered:
         out.append("<ul>" + "".join(f"<li>{_e(s.name)}: {', '.join(f'<code>{_e(t)}</code>' for t in s.tampered)}</li>"
                                     for s in tampered) + "</ul>")
-    trouble = [s for s in a.subs if s.status != "ok"]
+    out.append(f"<h3>Could not be imported: {len(a.unimportable)}</h3>")
+    out.append('<p class="muted">Every test failed at the import: these submissions count in the scores above, '
+               "and nowhere per function.</p>")
+    if a.unimportable:
+        out.append('<ul id="import-errors">' + "".join(f"<li>{_e(s.name)}: <code>{_e(s.error)}</code></li>"
+                                                      for s in a.unimportable) + "</ul>")
+    trouble = [s for s in a.subs if s.status not in ("ok", UNIMPORTABLE)]
     out.append(f"<h3>Not graded normally: {len(trouble)}</h3>")
     if trouble:
         out.append("<ul>" + "".join(f"<li class=\"{'flag' if s.status == 'grader-error' else ''}\">{_e(s.name)}: "

@@ -232,7 +232,7 @@ class Worker:
             try:
                 import adapters
             except BaseException as e:  # a SyntaxError or a crash at import: every call reports it
-                self.import_error = f"importing adapters.py raised {type(e).__name__}: {e}"
+                self.import_error = f"importing adapters.py raised {type(e).__name__}{_where(e)}: {e}"
                 raise ImportError(self.import_error) from None
             self.adapters = adapters
         return self.adapters
@@ -265,6 +265,18 @@ def serve(sock: socket.socket) -> None:
             wire.send(sock, reply)
         except TypeError as e:  # a value that cannot cross (a Tensor subclass, a complex tensor, ...)
             wire.send(sock, {"error": {"type": "UnsendableResult", "message": str(e), "traceback": ""}})
+
+
+def _where(e: BaseException) -> str:
+    """' at student/x.py:3 (`line`)': the submission's own file and line that failed to import."""
+    if isinstance(e, SyntaxError) and str(e.filename or "").startswith(SUBMISSION + "/"):
+        path, line, text = e.filename, e.lineno, e.text or ""
+    else:
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename.startswith(SUBMISSION + "/")]
+        if not frames:
+            return ""
+        path, line, text = frames[-1].filename, frames[-1].lineno, frames[-1].line or ""
+    return f" at {path[len(SUBMISSION) + 1:]}:{line}" + (f" (`{text.strip()[:120]}`)" if text.strip() else "")
 
 
 def _describe(e: BaseException) -> dict:
