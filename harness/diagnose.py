@@ -114,7 +114,10 @@ def overflow(trace: str | None, dtype: torch.dtype) -> str | None:
     """A cause for a NaN/inf, only where the traced op and its measured operands show it."""
     if not trace:
         return None
-    largest = float(re.search(r"largest finite \|value\| is (\S+)$", trace).group(1))
+    found = re.search(r"largest finite \|value\| is ([-+.\deinfa]+)", trace)
+    if found is None:
+        return None
+    largest = float(found.group(1))
     if "aten.exp " in trace and largest > 88.7:
         return (f"exp overflowed: an operand of exp reached {largest:.4g}, and exp overflows float32 above 88.7. "
                 "Subtract each slice's max along dim before exp (not the mean: only the max bounds exp by 1)")
@@ -312,7 +315,9 @@ def _wrong_result(term, case, actual, expected, nonfinite) -> list[tuple[str, st
         return []
     broken = ~torch.isfinite(actual.detach()) & torch.isfinite(expected)
     if broken.any():
-        return [("Non-finite", nonfinite), ("Likely cause", overflow(nonfinite, actual.dtype))]
+        # what fed the first NaN (a slice of -inf and the mask behind it) before the op that made it
+        cause = getattr(nonfinite, "cause", None) or overflow(nonfinite, actual.dtype)
+        return [("Non-finite", nonfinite), ("Likely cause", cause)]
     axes = output_axes(case.function, actual.dim())
     return [("Likely cause", heuristic(actual, expected, case.atol, case.rtol)),
             ("What differs", what_differs(actual, expected, case.atol, case.rtol, axes, case.ulps))]

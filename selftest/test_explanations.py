@@ -1,6 +1,7 @@
 """What a failure report explains, proved both ways: each sentence appears where its
 evidence is, and correct code gets none (issue 16: say only what is true)."""
 
+import pytest
 import torch
 
 from conftest import run_suite
@@ -53,7 +54,10 @@ def test_the_first_nonfinite_value_is_located_in_the_code_that_made_it():
     said = first_nonfinite(mean_softmax, torch.tensor([[0.0, 300.0]]))
     assert said.startswith("the first inf is made by aten.exp in `mean_softmax`") and "150" in said, said
     said = first_nonfinite(fully_masked, torch.randn(2, 2))
-    assert "NaN is made by aten._softmax in `fully_masked`" in said and "operands that hold inf" in said, said
+    # what fed the NaN comes first: row 0 is all -inf, put there by the masked_fill (issue 24)
+    assert said.startswith("the first NaN comes from a slice with no finite value: every value at [0, :]"), said
+    assert "aten._softmax in `fully_masked`" in said and "put there by aten.masked_fill in `fully_masked`" in said
+    assert "also hides the diagonal" in said.cause, said.cause
     assert first_nonfinite(lambda x: torch.empty(3).fill_(1.0) * x, torch.ones(3)) is None  # memory, not a NaN
     assert first_nonfinite(torch.softmax, torch.randn(3, 4), -1) is None
 
@@ -149,3 +153,84 @@ def test_a_fingerprint_matches_only_within_the_cases_own_tolerance():
     off = torch.tensor([1.0 + 5 * (atol + rtol), 2.0])     # within 10x, not 1x
     assert matching_variant(near, {"eps_mistake": fp}, atol, rtol) == "eps_mistake"
     assert matching_variant(off, {"eps_mistake": fp}, atol, rtol) is None
+
+
+# ---------------------------------------------------------------- issue 24: reports point at the student's own mistake
+
+@pytest.fixture
+def submission(tmp_path, forget_other_repositories):
+    """make(file, old, new, ...): the reference as a student's submission with edits in student/FILE,
+    as a student writes them; returns (adapters path, the edited file's lines)."""
+    import sys
+    from conftest import edit, reference_as_student
+    for name in [m for m in sys.modules if m.split(".")[0] in ("adapters", "student")]:
+        del sys.modules[name]
+    made = []
+
+    def make(target: str, *edits: str):
+        sub = reference_as_student(tmp_path / f"submission{len(made)}")
+        made.append(sub)
+        for old, new in zip(edits[::2], edits[1::2]):
+            edit(sub / "student" / target, old, new)
+        return str(sub / "adapters.py"), (sub / "student" / target).read_text().splitlines()
+    return make
+
+
+def _line(lines: list[str], text: str) -> int:
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def _reports(run, function: str) -> list[str]:
+    return [m for n, m in run.messages.items() if n in run.failed and run.adapters.get(n) == function]
+
+
+def _said(message: str, label: str) -> str:
+    return next((line for line in message.splitlines() if line.startswith(label)), "")
+
+
+MASKED = '        scores = scores.masked_fill(~mask, float("-inf"))'
+
+
+def test_a_nan_from_an_inverted_mask_is_traced_to_the_mask(submission):
+    """torch.where(mask, -inf, scores) fills the keys the query MAY see: rows with one allowed key
+    are all -inf, and softmax makes NaN there. The report names the student's mask line, not the
+    (correct) softmax that made the first NaN."""
+    target, lines = submission("attention.py", MASKED, '        scores = torch.where(mask, float("-inf"), scores)')
+    run = run_suite("--adapters", target, "--function", "run_scaled_dot_product_attention")
+    where = f"student/attention.py:{_line(lines, 'torch.where(mask')}"
+    nan = [m for m in _reports(run, "run_scaled_dot_product_attention") if "Non-finite:" in m]
+    assert nan, run.messages
+    for message in nan:
+        said = _said(message, "Non-finite:")
+        assert where in said and "no finite value" in said and "is -inf" in said, said
+        assert not said.startswith("Non-finite: the first NaN is made by aten.sub in `softmax`"), said
+        cause = _said(message, "Likely cause:")
+        assert "inverted" in cause and "where `mask` is True" in cause and where in cause, message
+
+
+def test_a_nan_from_a_softmax_over_the_queries_names_the_axis(submission):
+    """The mask is right; the softmax runs over the queries (by transposes), so a key that no query
+    may see is an all -inf slice. The mask is not blamed."""
+    target, lines = submission("attention.py", "    return softmax(scores, dim=-1) @ V",
+                               "    return softmax(scores.transpose(-1, -2), dim=-1).transpose(-1, -2) @ V")
+    run = run_suite("--adapters", target, "--function", "run_scaled_dot_product_attention")
+    nan = [m for m in _reports(run, "run_scaled_dot_product_attention") if "Non-finite:" in m]
+    assert nan, run.messages
+    for message in nan:
+        cause = _said(message, "Likely cause:")
+        assert "query axis" in cause and "inverted" not in cause, message
+        assert f"student/attention.py:{_line(lines, 'softmax(scores.transpose')}" in message, message
+
+
+def test_a_nan_from_an_inverted_causal_mask_is_traced_to_the_mask_that_was_built(submission):
+    """MHA builds triu(1) (True = the keys to hide) and passes it where True means may attend: the
+    last query sees no key. The report says the causal mask is inverted and where it was made."""
+    target, lines = submission("attention.py", "dtype=torch.bool, device=x.device).tril()",
+                               "dtype=torch.bool, device=x.device).triu(1)")
+    run = run_suite("--adapters", target, "--function", "run_multihead_self_attention")
+    nan = [m for m in _reports(run, "run_multihead_self_attention") if "Non-finite:" in m]
+    assert nan, run.messages
+    for message in nan:
+        cause = _said(message, "Likely cause:")
+        assert "causal mask is inverted" in cause, message
+        assert f"student/attention.py:{_line(lines, '.triu(1)')}" in cause, message
