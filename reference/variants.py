@@ -639,7 +639,7 @@ register("softmax_global_max", "softmax subtracts the global max, not each slice
 
 # ================================================================ contract slips
 
-register("forgot_return", "the adapter's function forgets to return", named_by="forget to `return`",
+register("forgot_return", "the adapter's function forgets to return", named_by="Add the missing `return` there",
          embeddings__embedding_lookup=lambda w, ids: None)
 register("flattened_output", "the lookup flattens the leading dimensions", named_by="shape",
          embeddings__embedding_lookup=lambda w, ids: _lookup(w, ids.reshape(-1)))

@@ -234,3 +234,20 @@ def test_a_nan_from_an_inverted_causal_mask_is_traced_to_the_mask_that_was_built
         cause = _said(message, "Likely cause:")
         assert "causal mask is inverted" in cause, message
         assert f"student/attention.py:{_line(lines, '.triu(1)')}" in cause, message
+
+
+def test_a_missing_return_names_the_students_function_and_line(submission):
+    """RMSNorm.forward returns on the float32 path only; on bfloat16 it computes the value and
+    drops it. The report names that function and the line, not adapters.py (which students do
+    not edit), though the function has a `return` elsewhere."""
+    target, lines = submission("model.py", "        return (wide / rms * self.weight).to(x.dtype)",
+                               "        if x.dtype == torch.float32:\n"
+                               "            return wide / rms * self.weight\n"
+                               "        (wide / rms * self.weight).to(x.dtype)")
+    run = run_suite("--adapters", target, "--function", "run_rmsnorm")
+    dropped = f"student/model.py:{_line(lines, '        (wide / rms * self.weight).to(x.dtype)')}"
+    nones = [m for m in _reports(run, "run_rmsnorm") if "returned None" in m]
+    assert nones, run.messages
+    for message in nones:
+        assert "`RMSNorm.forward`" in message and dropped in message, message
+        assert "Did the adapter forget" not in message, message
