@@ -228,7 +228,8 @@ register("concatenated_sin_cos", "sinusoidal [sin | cos] layout (tensor2tensor/f
          mistake=8,
          embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, layout="concatenated"))
 register("swapped_sin_cos", "cos on even dims, sin on odd dims",
-         hint="sin and cos swapped: even dimensions hold sin, odd dimensions cos", mistake=9,
+         hint="sin and cos swapped: your even dimensions hold cos and your odd ones sin; even dimensions hold sin, odd ones cos",
+         mistake=9,
          embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, swap=True))
 register("raw_dimension_exponent", "exponent uses the raw dimension j instead of 2i",
          hint="an exponent that uses the raw dimension j; both dimensions of pair i use 2i/d_model", mistake=10,

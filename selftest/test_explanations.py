@@ -251,3 +251,26 @@ def test_a_missing_return_names_the_students_function_and_line(submission):
     for message in nones:
         assert "`RMSNorm.forward`" in message and dropped in message, message
         assert "Did the adapter forget" not in message, message
+
+
+def test_swapped_sin_and_cos_is_told_what_the_code_did(submission):
+    """The stored hint read "sin and cos swapped: even dimensions hold sin, odd dimensions cos",
+    which is the correct layout, as if it described the student's output."""
+    target, _ = submission("embeddings.py", "    pe = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)",
+                           "    pe = torch.empty(*angles.shape[:-1], d_model, dtype=torch.float64, device=angles.device)\n"
+                           "    pe[..., 0::2], pe[..., 1::2] = torch.cos(angles), torch.sin(angles)")
+    run = run_suite("--adapters", target, "--function", "run_sinusoidal_positions")
+    causes = [_said(m, "Likely cause:") for m in _reports(run, "run_sinusoidal_positions")]
+    named = [c for c in causes if "sin and cos swapped" in c]
+    assert named, causes
+    for cause in named:
+        assert "your even dimensions hold cos and your odd ones sin" in cause, cause
+        assert "swapped: even dimensions hold sin" not in cause, cause
+
+
+def test_a_reworded_hint_is_the_variants_own():
+    """A hint reworded for a term built before the rewording is what reference/variants.py says now
+    (so a rebuild changes nothing, and the class report knows the line)."""
+    from harness.store import REWORDED
+    from reference.variants import VARIANTS
+    assert REWORDED and all(VARIANTS[name].hint == text for name, text in REWORDED.items())
