@@ -132,6 +132,24 @@ def _check_not_mutated(term: Term, case: Case, kwargs: dict) -> None:
                            "Callers reuse their tensors: never write into an argument.")
 
 
+def oracle_passes(adapters, term: Term, oracle: str, judged: str) -> None:
+    """For a property test that judges `judged` against another of the student's functions,
+    `oracle` (GQA with every kv head against the student's MHA): check the oracle first, on its
+    own public output cases. Where it fails one, the comparison says nothing about `judged`:
+    fail with "fix ORACLE first" instead of blaming `judged`."""
+    for case in [c for c in term.cases if c.function == oracle and c.check == "output" and not c.hidden]:
+        try:
+            check_output(adapters, term, case)
+        except (NotImplementedError, TimeoutError, AdaptersError):
+            raise  # unwritten, hanging or unloadable code is reported as such
+        except Exception as e:  # noqa: BLE001 - any failure of the oracle is its own tests' to explain
+            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+            said = next((line for line in lines if line.startswith(("output:", "output is"))), lines[0] if lines else "")
+            raise AssertionError(f"not judged: this test compares {judged} with your {oracle}, which fails its own "
+                                 f"case {case.name!r} ({type(e).__name__}: {said[:200]}): fix {oracle} first (its "
+                                 f"own tests say what is wrong), then this test judges {judged}") from None
+
+
 CHECKS = {"output": check_output, "gradient": check_gradient, "raises": check_raises}
 
 

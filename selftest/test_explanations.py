@@ -274,3 +274,21 @@ def test_a_reworded_hint_is_the_variants_own():
     from harness.store import REWORDED
     from reference.variants import VARIANTS
     assert REWORDED and all(VARIANTS[name].hint == text for name, text in REWORDED.items())
+
+
+def test_a_property_whose_oracle_is_another_function_checks_that_function_first(submission, tmp_path):
+    """The GQA properties compare with the student's own MHA. Here GQA is right (torch's SDPA) and
+    MHA scales its scores by d_k, not sqrt(d_k): the GQA tests must say to fix MHA first, not
+    blame GQA's kv grouping."""
+    from conftest import edit
+    target, _ = submission("attention.py", "    scores = Q @ K.transpose(-1, -2) / math.sqrt(Q.shape[-1])",
+                           "    scores = Q @ K.transpose(-1, -2) / Q.shape[-1]")
+    edit(tmp_path / "submission0" / "student" / "gpt2.py", "out = attention.scaled_dot_product_attention(q, k, v, causal)",
+         "out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=causal)")
+    run = run_suite("--adapters", target, "--function", "run_grouped_query_attention")
+    properties = [m for n, m in run.messages.items() if n in run.failed and "test_gqa_" in n]
+    assert properties, run.messages
+    for message in properties:
+        assert "fix run_multihead_self_attention first" in message, message
+        assert "kv head h //" not in message and "must equal" not in message, message
+    assert not [n for n in run.failed if "test_fixture" in n]  # GQA itself is right

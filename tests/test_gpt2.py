@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from harness.checks import oracle_passes
 from harness.contract import gpt2_lm_weight_shapes
 
 adapter = pytest.mark.adapter
@@ -29,7 +30,8 @@ def build(adapters, seed=0):
 # ---------------------------------------------------------------- grouped-query attention
 
 @adapter("run_grouped_query_attention")
-def test_gqa_with_every_kv_head_is_multihead_attention(adapters):
+def test_gqa_with_every_kv_head_is_multihead_attention(adapters, term):
+    oracle_passes(adapters, term, "run_multihead_self_attention", "run_grouped_query_attention")
     d, h = 24, 4
     w = [randn(d, d, seed=s) / d ** 0.5 for s in range(4)]
     x = randn(3, 5, d, seed=7)
@@ -41,8 +43,9 @@ def test_gqa_with_every_kv_head_is_multihead_attention(adapters):
 
 
 @adapter("run_grouped_query_attention")
-def test_gqa_shares_each_kv_head_within_its_group(adapters):
+def test_gqa_shares_each_kv_head_within_its_group(adapters, term):
     """Duplicating kv head j into every head of group j (as MHA weights) gives the same output."""
+    oracle_passes(adapters, term, "run_multihead_self_attention", "run_grouped_query_attention")
     d, h, kv = 24, 6, 2
     d_k, group = d // h, h // kv
     wq, wo = randn(d, d, seed=1) / d ** 0.5, randn(d, d, seed=2) / d ** 0.5
