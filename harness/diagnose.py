@@ -75,8 +75,11 @@ def match_evidence(actual, fp: dict) -> str:
     return f"equal to it within {error:.2g} at {fp['idx'].numel()} sampled elements, where it differs most and at random"
 
 
-def heuristic(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> str | None:
-    """A description of the difference when it has a simple, certain shape."""
+def heuristic(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float,
+              causal: bool = False) -> str | None:
+    """A description of the difference when it has a simple, certain shape. `causal`: the
+    function attends causally, so its position 0 sees one key (whose weight is 1 whatever its
+    score) and a right position 0 says nothing about positions."""
     if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape or not expected.is_floating_point():
         return None
     a, e = actual.detach().double(), expected.double()
@@ -97,7 +100,7 @@ def heuristic(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: f
         if close(a[..., 1:, :], e[..., :-1, :]) or close(a[..., :-1, :], e[..., 1:, :]):
             return "your output matches the expected one shifted by one position along the sequence axis"
         row_wrong = ~torch.isclose(a, e, atol=max(atol, 1e-6), rtol=max(rtol, 1e-5)).any(dim=-1)
-        if close(a[..., :1, :], e[..., :1, :]) and row_wrong[..., 1:].all():
+        if not causal and close(a[..., :1, :], e[..., :1, :]) and row_wrong[..., 1:].all():
             return ("only position 0 is right, and every later position is off: whatever depends on the "
                     "position (its rotation or position vector, or the earlier tokens it attends to) is wrong")
     if a.shape[-1] % 2 == 0 and close(a, torch.cat([e[..., 0::2], e[..., 1::2]], dim=-1)):
@@ -321,8 +324,23 @@ def _wrong_result(term, case, actual, expected, nonfinite) -> list[tuple[str, st
         cause = getattr(nonfinite, "cause", None) or overflow(nonfinite, actual.dtype)
         return [("Non-finite", nonfinite), ("Likely cause", cause)]
     axes = output_axes(case.function, actual.dim())
-    return [("Likely cause", heuristic(actual, expected, case.atol, case.rtol)),
-            ("What differs", what_differs(actual, expected, case.atol, case.rtol, axes, case.ulps))]
+    one_key = attends_causally(case.function)
+    differs = what_differs(actual, expected, case.atol, case.rtol, axes, case.ulps)
+    if one_key and differs and "every index but the first (index 0 is right)" in differs:
+        differs += (" (in causal attention position 0 sees one key, itself, whose weight is 1 whatever "
+                    "the scores: a mistake in the scores, the scale or the softmax leaves it right)")
+    return [("Likely cause", heuristic(actual, expected, case.atol, case.rtol, causal=one_key)),
+            ("What differs", differs)]
+
+
+_CAUSAL_MODULES = re.compile(r"\b(MultiHeadSelfAttention|GroupedQueryAttention|TransformerBlock|TransformerLM|"
+                             r"GPT2Block|GPT2LM)\b")
+
+
+def attends_causally(function: str) -> bool:
+    """Whether the function runs causal attention (its glue builds a module that holds one)."""
+    from harness.contract import ADAPTERS
+    return function in ADAPTERS and bool(_CAUSAL_MODULES.search(ADAPTERS[function].glue))
 
 
 def output_axes(function: str, rank: int) -> list[str]:

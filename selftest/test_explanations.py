@@ -292,3 +292,20 @@ def test_a_property_whose_oracle_is_another_function_checks_that_function_first(
         assert "fix run_multihead_self_attention first" in message, message
         assert "kv head h //" not in message and "must equal" not in message, message
     assert not [n for n in run.failed if "test_fixture" in n]  # GQA itself is right
+
+
+POSITION_0 = "only position 0 is right"
+
+
+def test_position_0_right_is_blamed_on_positions_only_where_it_sees_more_than_one_key(submission):
+    """In causal attention query 0 sees one key, whose weight is 1 whatever its score: an SDPA that
+    divides by d_k leaves position 0 right, and its rotation or position vector is not to blame.
+    A RoPE whose frequencies are doubled is right at position 0 (no rotation) and is still told so."""
+    target, _ = submission("attention.py", "    scores = Q @ K.transpose(-1, -2) / math.sqrt(Q.shape[-1])",
+                           "    scores = Q @ K.transpose(-1, -2) / Q.shape[-1]")
+    run = run_suite("--adapters", target, "--function", "run_multihead_self_attention")
+    reports = _reports(run, "run_multihead_self_attention")
+    assert reports and not [m for m in reports if POSITION_0 in m], reports
+    target, _ = submission("rope.py", "        inv_freq = theta ** (-pair / d_k)", "        inv_freq = 2 * theta ** (-pair / d_k)")
+    run = run_suite("--adapters", target, "--function", "run_rope")
+    assert [m for m in _reports(run, "run_rope") if POSITION_0 in m], run.messages
