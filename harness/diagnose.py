@@ -312,6 +312,8 @@ def _wrong_result(term, case, actual, expected, nonfinite) -> list[tuple[str, st
     if isinstance(expected, torch.Tensor) and (slip := dtype_slip(actual, expected, stored)):
         return [("Likely cause", slip)]
     fingerprints = term.fingerprints(case)
+    if case.check == "raises":  # what code returns for invalid input names only a mistake about raising
+        fingerprints = {name: fp for name, fp in fingerprints.items() if raise_only(term, case.function, name)}
     name = matching_variant(actual, fingerprints, case.atol, case.rtol)
     if name and name in term.hints:
         return [("Likely cause", f"your output matches {term.hints[name]} ({match_evidence(actual, fingerprints[name])})")]
@@ -341,6 +343,15 @@ def attends_causally(function: str) -> bool:
     """Whether the function runs causal attention (its glue builds a module that holds one)."""
     from harness.contract import ADAPTERS
     return function in ADAPTERS and bool(_CAUSAL_MODULES.search(ADAPTERS[function].glue))
+
+
+def raise_only(term, function: str, variant: str) -> bool:
+    """Whether a known mistake shows on invalid input alone: it has a fingerprint on none of the
+    function's valid-input cases (plain weights[ids] wraps -1 and is right on every valid id; a
+    GELU that computes the tanh form for 'none' also returns for 'sigmoid', but that is not its
+    mistake, and code that returns the same for 'sigmoid' need not make it)."""
+    return not any(variant in c.diagnoses for c in term.cases
+                   if c.function == function and c.check != "raises" and not c.hidden)
 
 
 def output_axes(function: str, rank: int) -> list[str]:

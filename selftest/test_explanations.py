@@ -322,3 +322,20 @@ def test_the_output_is_called_right_only_where_it_is_right_up_to_rounding(submis
     assert gradients, run.messages
     assert not [m for m in gradients if "the output is right" in m], gradients
     assert any("The forward computation differs" in m for m in gradients), gradients
+
+
+def test_a_must_raise_case_names_only_a_mistake_about_raising(submission):
+    """A GELU that computes the tanh form for every approximate but 'none' returns for 'sigmoid';
+    its output there equals the stored tanh-for-exact mistake's, which this code does not make.
+    A must-raise case says it did not raise, and names a mistake only where that mistake shows
+    on invalid input alone (plain weights[ids] wrapping -1)."""
+    target, _ = submission("gpt2.py", '''    if approximate == "tanh":
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x.pow(3))))
+    raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")''',
+                           '''    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x.pow(3))))''')
+    run = run_suite("--adapters", target, "--function", "run_gelu")
+    raised = [m for n, m in run.messages.items() if n in run.failed and ":raises]" in n]
+    assert raised and all("instead of raising" in m and "Likely cause" not in m for m in raised), raised
+    run = run_suite("--adapters", "reference.variants:negative_ids_wrap", "--function", "run_embedding")
+    raised = [m for n, m in run.messages.items() if n in run.failed and ":raises]" in n]
+    assert raised and all("Likely cause: your output matches plain weights[ids]" in m for m in raised), raised
