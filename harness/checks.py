@@ -60,9 +60,19 @@ def _expected_shape(term: Term, case: Case) -> str:
 
 def check_gradient(adapters, term: Term, case: Case) -> None:
     kwargs = term.inputs(case, requires_grad=True)
-    out = getattr(adapters, case.function)(**kwargs)
+    try:
+        out = getattr(adapters, case.function)(**kwargs)
+    except ContractViolation as e:  # as the output check says it: with the shape this case expects
+        raise ContractViolation(f"{e}{_expected_shape(term, case)}") from None
     stored = term.tensors(case)
     where = header(case, kwargs)
+    if isinstance(out, torch.Tensor) and out.shape != stored["out"].shape:
+        # autograd would refuse the cotangent with its own "Mismatch in shape": say it as the output check does
+        try:
+            assert_close(out, stored["out"], what="output", atol=case.atol, rtol=case.rtol, header=where,
+                         hidden=case.hidden, ulps=case.ulps)
+        except Mismatch as e:
+            raise Mismatch(f"{e}{_expected_shape(term, case)}") from None
     if not isinstance(out, torch.Tensor) or not out.requires_grad:
         names = ", ".join(f"`{n}`" for n in case.grads)
         raise Mismatch(f"{where}\nno gradient reaches {names}: the output does not require grad. "

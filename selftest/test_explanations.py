@@ -339,3 +339,16 @@ def test_a_must_raise_case_names_only_a_mistake_about_raising(submission):
     run = run_suite("--adapters", "reference.variants:negative_ids_wrap", "--function", "run_embedding")
     raised = [m for n, m in run.messages.items() if n in run.failed and ":raises]" in n]
     assert raised and all("Likely cause: your output matches plain weights[ids]" in m for m in raised), raised
+
+
+def test_a_wrong_output_shape_is_our_own_message_in_the_gradient_check_too(submission):
+    """index_select on flattened ids returns [N, D] for [B, T] ids; the gradient check called
+    autograd with the expected shape's cotangent and printed torch's "Mismatch in shape"."""
+    target, _ = submission("embeddings.py", "    return weights[token_ids]",
+                           "    return weights.index_select(0, token_ids.flatten())")
+    run = run_suite("--adapters", target, "--function", "run_embedding")
+    gradients = [m for n, m in run.messages.items() if n in run.failed and ":gradient]" in n]
+    assert gradients, run.messages
+    for message in gradients:
+        assert "Mismatch in shape" not in message and "Traceback" not in message, message
+        assert "output: shape [" in message and "this case expects the output shape" in message, message
