@@ -352,3 +352,15 @@ def test_a_wrong_output_shape_is_our_own_message_in_the_gradient_check_too(submi
     for message in gradients:
         assert "Mismatch in shape" not in message and "Traceback" not in message, message
         assert "output: shape [" in message and "this case expects the output shape" in message, message
+
+
+def test_each_accounting_property_says_what_its_name_says(submission):
+    """Scores counted with the kv width: the kv cache is right, flops.attention_scores shrinks with
+    GQA. The kv-cache test passes; the score-FLOPs one fails with the FLOPs message."""
+    target, _ = submission("accounting.py", '        "flops.attention_scores": L * 2 * T * T * d,',
+                           '        "flops.attention_scores": L * 2 * T * T * kv,')
+    run = run_suite("--adapters", target, "--function", "run_transformer_accounting")
+    failed = {n.split("::")[-1]: m for n, m in run.messages.items() if n in run.failed}
+    assert not [n for n in failed if "kv_cache" in n], failed
+    flops = [m for n, m in failed.items() if "score_flops" in n]
+    assert flops and all("GQA does not change flops.attention_scores" in m for m in flops), failed
