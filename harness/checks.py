@@ -78,10 +78,14 @@ def check_gradient(adapters, term: Term, case: Case) -> None:
         raise Mismatch(f"{where}\nno gradient reaches {names}: the output does not require grad. "
                        "Is the computation detached (.detach(), .data) or run under torch.no_grad()?")
     grads = torch.autograd.grad(out, [_leaf(kwargs, p) for p in case.grads], stored["cot"], allow_unused=True)
+    unused = [path for path, grad in zip(case.grads, grads) if grad is None]
+    if unused:  # before any gradient that differs: an unused input is why the others differ
+        names = ", ".join(f"`{path}`" for path in unused)
+        them = "it" if len(unused) == 1 else "them"
+        raise Mismatch(f"{where}\nno gradient reaches {names}: the output does not depend on {them}. "
+                       f"{'It is' if len(unused) == 1 else 'They are'} never used, or detached somewhere "
+                       "(.detach(), .data, a copy into a new tensor, or torch.no_grad()).")
     for path, grad in zip(case.grads, grads):
-        if grad is None:
-            raise Mismatch(f"{where}\nno gradient reaches `{path}`: it is detached somewhere "
-                           f"(.detach(), .data, a copy into a new tensor, or torch.no_grad()).")
         try:
             assert_close(grad, stored[f"grad/{path}"], what=f"gradient with respect to `{path}`",
                          atol=gradient_atol(case, stored[f"grad/{path}"]), rtol=case.grad_rtol, header=where,

@@ -364,3 +364,21 @@ def test_each_accounting_property_says_what_its_name_says(submission):
     assert not [n for n in failed if "kv_cache" in n], failed
     flops = [m for n, m in failed.items() if "score_flops" in n]
     assert flops and all("GQA does not change flops.attention_scores" in m for m in flops), failed
+
+
+def test_unused_parameters_are_named_before_any_gradient_that_differs(submission):
+    """An attention whose projections skip their biases (x @ W.T): the block's gradient check said
+    only that ln1.weight's gradient differs; the biases get no gradient at all, and it says so."""
+    target, _ = submission("gpt2.py",
+                           '        q = rearrange(self.q_proj(x), "... s (h d) -> ... h s d", h=self.num_heads)',
+                           '        q = rearrange(x @ self.q_proj.weight.T, "... s (h d) -> ... h s d", h=self.num_heads)',
+                           "for p in (self.k_proj, self.v_proj))\n        if self.rope",
+                           "for p in (self.k_proj.weight.T, self.v_proj.weight.T))\n        if self.rope",
+                           "(rearrange(p(x), ", "(rearrange(x @ p, ")
+    run = run_suite("--adapters", target, "--function", "run_gpt2_block")
+    gradients = [m for n, m in run.messages.items() if n in run.failed and ":gradient]" in n]
+    assert gradients, run.messages
+    for message in gradients:
+        assert "no gradient reaches `weights/attn.q_proj.bias`, `weights/attn.k_proj.bias`, " \
+               "`weights/attn.v_proj.bias`" in message, message
+        assert "`weights/ln1.weight`" not in message and "never used" in message, message
