@@ -382,3 +382,15 @@ def test_unused_parameters_are_named_before_any_gradient_that_differs(submission
         assert "no gradient reaches `weights/attn.q_proj.bias`, `weights/attn.k_proj.bias`, " \
                "`weights/attn.v_proj.bias`" in message, message
         assert "`weights/ln1.weight`" not in message and "never used" in message, message
+
+
+def test_the_gelu_contract_says_what_torch_does():
+    """run_gelu's docstring said an unknown approximate raises ValueError "as torch.nn.functional.gelu
+    does"; F.gelu raises RuntimeError. The rule (ValueError) stays; what it says of torch is true."""
+    import torch.nn.functional as F
+    from harness.contract import ADAPTERS
+    doc = " ".join(ADAPTERS["run_gelu"].spec.__doc__.split())
+    with pytest.raises(Exception) as raised:
+        F.gelu(torch.zeros(2), approximate="sigmoid")
+    assert "raises ValueError" in doc and "as torch.nn.functional.gelu does" not in doc, doc
+    assert f"torch.nn.functional.gelu raises {type(raised.value).__name__}" in doc, doc
