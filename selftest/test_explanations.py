@@ -394,3 +394,16 @@ def test_the_gelu_contract_says_what_torch_does():
         F.gelu(torch.zeros(2), approximate="sigmoid")
     assert "raises ValueError" in doc and "as torch.nn.functional.gelu does" not in doc, doc
     assert f"torch.nn.functional.gelu raises {type(raised.value).__name__}" in doc, doc
+
+
+def test_a_none_argument_under_the_students_own_name_is_named(submission):
+    """The student calls the mask `attend_mask` and never checks it for None: the case's mask=None
+    reaches `~attend_mask`, and the report says that argument was None, by its value."""
+    target, _ = submission("attention.py", "def scaled_dot_product_attention(Q, K, V, mask=None):",
+                           "def scaled_dot_product_attention(Q, K, V, attend_mask=None):",
+                           "    if mask is not None:\n        scores = scores.masked_fill(~mask, float(\"-inf\"))",
+                           "    scores = scores.masked_fill(~attend_mask, float(\"-inf\"))")
+    run = run_suite("--adapters", target, "--function", "run_scaled_dot_product_attention")
+    crashes = [m for m in _reports(run, "run_scaled_dot_product_attention") if "raised TypeError" in m]
+    assert crashes and all("uses `attend_mask` (the argument `mask`) although it is None" in m for m in crashes), \
+        crashes
