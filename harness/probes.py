@@ -204,6 +204,61 @@ def tables_indexed(module, *args, **kwargs) -> set[str]:
     return {name for name, p in module.named_parameters() if p.untyped_storage().data_ptr() in recorder.tables}
 
 
+GAIN_NAMES, SHIFT_NAMES = {"weight", "gamma", "scale", "g", "gain"}, {"bias", "beta", "shift", "b"}
+
+
+def parameter_roles(module, *args, **kwargs) -> dict[str, str]:
+    """Each parameter's role, from the module's structure and one eval-mode forward, whatever it is
+    named: "table" (a forward looks rows up in it), "gain" and "shift" (a norm's: a module whose own
+    parameters are all 1-D), "bias" (a 1-D parameter beside a matrix), "residual" (the matrix of a
+    sublayer's output projection: a layer with one matrix whose output its parent returns, where that
+    parent is a child of a block in a ModuleList), "matrix" (the matrix of any other such layer).
+    A parameter whose role this cannot tell is left out."""
+    if getattr(module, "remote_probe", None):  # code in a grading worker is watched there
+        return {str(name): str(role) for name, role in module.remote_probe("roles", *args, **kwargs)}
+    modules = dict(module.named_modules())
+    parent = {m: modules[name.rpartition(".")[0]] for name, m in modules.items() if name}
+    blocks = {child for m in modules.values() if isinstance(m, torch.nn.ModuleList) for child in m.children()}
+    outputs = {}
+
+    def keep(m, _inputs, out):
+        if isinstance(out, torch.Tensor):
+            outputs[m] = (out.untyped_storage().data_ptr(), tuple(out.shape))
+    hooks = [m.register_forward_hook(keep) for m in modules.values()]
+    training = {m: m.training for m in modules.values()}
+    module.eval()
+    try:
+        with torch.no_grad(), _TableRecorder() as recorder:
+            module(*args, **kwargs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+        for m, mode in training.items():
+            m.training = mode
+    roles = {}
+    owners = {}
+    for name, m in modules.items():
+        for leaf, p in m.named_parameters(recurse=False):
+            owners.setdefault(p, (f"{name}.{leaf}" if name else leaf, m, leaf))
+    for p, (name, m, leaf) in owners.items():
+        own = dict(m.named_parameters(recurse=False))
+        matrices = [q for q in own.values() if q.dim() == 2]
+        if p.untyped_storage().data_ptr() in recorder.tables:
+            roles[name] = "table"
+        elif p.dim() == 1 and not matrices and all(q.dim() == 1 for q in own.values()):
+            role = "gain" if leaf in GAIN_NAMES else "shift" if leaf in SHIFT_NAMES else None
+            if role:
+                roles[name] = role
+        elif p.dim() == 1 and len(matrices) == 1:
+            roles[name] = "bias"
+        elif p.dim() == 2 and len(matrices) == 1 and m in outputs and parent.get(m) in outputs:
+            up = parent[m]
+            roles[name] = "residual" if parent.get(up) in blocks and outputs[m] == outputs[up] else "matrix"
+    named = dict(module.named_parameters())  # the names a listing gives (a tied parameter under its first)
+    first = {id(p): n for n, p in named.items()}
+    return {first[id(p)]: roles[name] for p, (name, _, _) in owners.items() if name in roles and id(p) in first}
+
+
 class _TableRecorder(_Mode):
     LOOKUPS = {aten.index, aten.embedding, aten.index_select, aten._unsafe_index}
 
