@@ -311,7 +311,7 @@ _SOFTMAXES = {"_softmax", "_log_softmax", "softmax", "log_softmax", "_safe_softm
 
 @dataclass
 class _Infs:
-    """Where a tensor's ±inf values came from: the op and code that put them (`where`), the mask
+    """Where a tensor's -inf values came from: the op and code that put them (`where`), the mask
     that op used (`mask`: the op and code that made its pattern, or ("", NAME) for the call's
     argument NAME), and their pattern now (`pattern`, the last tensor on the way that held them:
     a later exp turns them into zeros)."""
@@ -339,7 +339,7 @@ class _NonFiniteRecorder(_Mode):
         self.found: Trace | None = None
         self.masks = masks or {}  # the call's bool arguments, by name
         from torch.utils.weak import WeakIdKeyDictionary
-        self.infs = WeakIdKeyDictionary()   # float tensor -> _Infs of the ±inf on its way
+        self.infs = WeakIdKeyDictionary()   # float tensor -> _Infs of the -inf on its way
         self.made = WeakIdKeyDictionary()   # bool tensor -> where its pattern was made
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -365,7 +365,7 @@ class _NonFiniteRecorder(_Mode):
             self._follow(func, args, kwargs, made, floats)
         return out
 
-    # ---------------------------------------------------------------- following ±inf and masks
+    # ---------------------------------------------------------------- following -inf and masks
 
     def _follow(self, func, args, kwargs, made, floats) -> None:
         name = func.overloadpacket.__name__
@@ -379,10 +379,10 @@ class _NonFiniteRecorder(_Mode):
                 self.made[t] = source or (name, _where(_student_frames()))
         inputs = [t for t in _tensors((args, kwargs)) if t.is_floating_point() and t.device.type != "meta"]
         for t in floats:
-            pattern = t.detach().isinf()
+            pattern = t.detach().isneginf()
             before = self.infs.get(t) if in_place else None
-            sources = [(self.infs.get(i), i.detach().isinf()) for i in inputs if i is not t and i.isinf().any()]
-            if not pattern.any():  # no ±inf now (exp made zeros of them): keep the way they came
+            sources = [(self.infs.get(i), i.detach().isneginf()) for i in inputs if i is not t and i.isneginf().any()]
+            if not pattern.any():  # no -inf now (exp made zeros of them): keep the way they came
                 kept = before or next((self.infs[i] for i in inputs if i in self.infs), None)
                 if kept is not None:
                     self.infs[t] = kept
@@ -418,10 +418,10 @@ class _NonFiniteRecorder(_Mode):
         return trace
 
     def _masked_slice(self, func, args, inputs, made):
-        """(the ±inf record, the reduction axis, the first NaN's slice) where the first NaN lies in
-        a slice, along the axis this op reduces over, whose every value was ±inf; else None."""
+        """(the -inf record, the reduction axis, the first NaN's index) where the first NaN lies in
+        a slice, along the axis this op reduces over, whose every value was -inf; else None."""
         name = func.overloadpacket.__name__
-        infs = next((self.infs[t] for t in inputs if t in self.infs and t.isinf().any()), None) or \
+        infs = next((self.infs[t] for t in inputs if t in self.infs and t.isneginf().any()), None) or \
             next((self.infs[t] for t in inputs if t in self.infs), None)
         if infs is None or infs.pattern.shape != made.shape or made.dim() == 0:
             return None
@@ -519,7 +519,7 @@ def _broadcasts(small: torch.Tensor, shape_of: torch.Tensor) -> bool:
 
 
 def _same_pattern(before: torch.Tensor, after: torch.Tensor) -> bool:
-    """Whether `after` holds the ±inf of `before`, moved but not changed: broadcast, or the same
+    """Whether `after` holds the -inf of `before`, moved but not changed: broadcast, or the same
     number of them in a tensor of the same size (a transpose, a reshape)."""
     if _broadcasts(before, after):
         return torch.equal(before.expand(after.shape), after)
