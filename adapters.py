@@ -490,7 +490,8 @@ def run_gelu(
     approximate="tanh" is GPT-2's approximation:
         0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
     The two differ by up to about 1e-3, so use the form asked for. Any other
-    value of approximate raises ValueError (as torch.nn.functional.gelu does).
+    value of approximate raises ValueError. (torch.nn.functional.gelu raises
+    RuntimeError for it: code that calls F.gelu checks the value itself first.)
     """
     return impl.gpt2.gelu(in_features, approximate=approximate)
 

@@ -75,8 +75,11 @@ def match_evidence(actual, fp: dict) -> str:
     return f"equal to it within {error:.2g} at {fp['idx'].numel()} sampled elements, where it differs most and at random"
 
 
-def heuristic(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> str | None:
-    """A description of the difference when it has a simple, certain shape."""
+def heuristic(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float,
+              causal: bool = False) -> str | None:
+    """A description of the difference when it has a simple, certain shape. `causal`: the
+    function attends causally, so its position 0 sees one key (whose weight is 1 whatever its
+    score) and a right position 0 says nothing about positions."""
     if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape or not expected.is_floating_point():
         return None
     a, e = actual.detach().double(), expected.double()
@@ -97,7 +100,7 @@ def heuristic(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: f
         if close(a[..., 1:, :], e[..., :-1, :]) or close(a[..., :-1, :], e[..., 1:, :]):
             return "your output matches the expected one shifted by one position along the sequence axis"
         row_wrong = ~torch.isclose(a, e, atol=max(atol, 1e-6), rtol=max(rtol, 1e-5)).any(dim=-1)
-        if close(a[..., :1, :], e[..., :1, :]) and row_wrong[..., 1:].all():
+        if not causal and close(a[..., :1, :], e[..., :1, :]) and row_wrong[..., 1:].all():
             return ("only position 0 is right, and every later position is off: whatever depends on the "
                     "position (its rotation or position vector, or the earlier tokens it attends to) is wrong")
     if a.shape[-1] % 2 == 0 and close(a, torch.cat([e[..., 0::2], e[..., 1::2]], dim=-1)):
@@ -114,7 +117,10 @@ def overflow(trace: str | None, dtype: torch.dtype) -> str | None:
     """A cause for a NaN/inf, only where the traced op and its measured operands show it."""
     if not trace:
         return None
-    largest = float(re.search(r"largest finite \|value\| is (\S+)$", trace).group(1))
+    found = re.search(r"largest finite \|value\| is ([-+.\deinfa]+)", trace)
+    if found is None:
+        return None
+    largest = float(found.group(1))
     if "aten.exp " in trace and largest > 88.7:
         return (f"exp overflowed: an operand of exp reached {largest:.4g}, and exp overflows float32 above 88.7. "
                 "Subtract each slice's max along dim before exp (not the mean: only the max bounds exp by 1)")
@@ -136,17 +142,29 @@ def dtype_slip(actual, expected, inputs: dict) -> str | None:
     return None
 
 
+# What a crash from code that assumes a fixed number of dimensions says, in each library that can
+# raise it: unpacking (B, T, D = x.shape), torch (view, permute, einsum, indexing, dim arguments) and
+# einops; einx raises a RankError (its text is a solver's equations, so it is known by its class).
 _RANK_ERRORS = ("values to unpack", "number of subscripts", "number of dimensions", "-dimensional",
-                "dimension specified as", "invalid for input of size", "Wrong shape: expected")
+                "dimension specified as", "invalid for input of size", "Wrong shape: expected",
+                "too many indices for tensor of dimension", "Dimension out of range",
+                "only supported on matrices or batches of matrices")
+_RANK_CLASSES = {"RankError"}
 _BROADCAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
 _EINSUM = re.compile(r"has size (\d+) (?:for operand \d+ )?which does not broadcast with previously seen "
                      r"(?:ellipsis with )?size (\d+)")
 _MATMUL = re.compile(r"shapes cannot be multiplied \(([^)]*)\)|size mismatch, got input \(([^)]*)\)")
 
 
-def rank_error(message: str, shapes: str) -> str | None:
-    """A crash that comes from assuming a fixed number of dimensions."""
-    if any(p in message for p in _RANK_ERRORS):
+def rank_error(error: BaseException | str, shapes: str) -> str | None:
+    """A crash that comes from assuming a fixed number of dimensions: known by the error's class
+    (einx's RankError), by what torch, einops or Python say of it, or as a tuple index out of range
+    on a line that indexes a shape (x.shape[2] of a 2-D x)."""
+    message = str(error)
+    classes = {c.__name__ for c in type(error).__mro__} if isinstance(error, BaseException) else set()
+    shape_index = isinstance(error, IndexError) and "tuple index out of range" in message \
+        and re.search(r"\.shape\[|\.size\(", _raising_line(error))
+    if classes & _RANK_CLASSES or shape_index or any(p in message for p in _RANK_ERRORS):
         inputs = f"; this case's inputs are {shapes}" if shapes else ""
         return (f"code that assumes a fixed number of dimensions{inputs}. "
                 "Handle any leading dims: x.shape[-1], einsum with '...', reshape(*x.shape[:-1], n)")
@@ -157,7 +175,7 @@ def crash(error: BaseException, case, inputs: dict) -> str | None:
     """Name the cause of an exception raised by the code under test, where it is clear."""
     message = str(error)
     shapes = ", ".join(f"{k}={_describe(v)}" for k, v in inputs.items() if isinstance(v, torch.Tensor))
-    if (found := rank_error(message, shapes)) is not None:
+    if (found := rank_error(error, shapes)) is not None:
         return found
     if match := _MATMUL.search(message):
         return (f"a matrix product whose inner sizes differ ({match.group(1) or match.group(2)}): a weight used "
@@ -166,14 +184,18 @@ def crash(error: BaseException, case, inputs: dict) -> str | None:
         return ("the blocks are not registered: a plain Python list hides them from parameters(), state_dict(), "
                 ".to() and optimizers. Hold them in an nn.ModuleList")
     if ("NoneType" in message or isinstance(error, AssertionError)) and case is not None:
-        line = _raising_line(error)
-        none = [k for k, v in inputs.items() if v is None and re.search(rf"\b{k}\b", line)]
-        if none:
-            names = ", ".join(f"`{k}`" for k in none)
+        nones = [k for k, v in inputs.items() if v is None]
+        used = _none_used(error, nones)
+        if used is None:  # no frames to read (code run elsewhere): the contract's names on the raising line
+            line = _raising_line(error)
+            used = [(k, k) for k in nones if re.search(rf"\b{k}\b", line)]
+        if used:
+            names = ", ".join(f"`{name}`" + (f" (the argument `{arg}`)" if arg and arg != name else "")
+                              for name, arg in used)
             function = getattr(case, "function", "")
-            meaning = " ".join(m for k in none if (m := none_means(function, k)))
+            meaning = " ".join(m for _, arg in used if arg and (m := none_means(function, arg)))
             return (f"code that uses {names} although it is None in this case, and None is a valid value: "
-                    f"{meaning or 'see the docstring.'} Handle it: `if {none[0]} is None: ...`")
+                    f"{meaning or 'see the docstring.'} Handle it: `if {used[0][0]} is None: ...`")
     if (match := _BROADCAST.search(message) or _EINSUM.search(message)) and case is not None:
         return _broadcast(int(match.group(1)), int(match.group(2)), case, inputs)
     return None
@@ -200,6 +222,8 @@ def missing_return(message: str, source: Path | None = None) -> str | None:
     from harness.contract import ADAPTERS
     match = re.match(r"(\w+) returned None", message)
     adapter = ADAPTERS.get(match.group(1)) if match else None
+    if "which it calls, returned None" in message:
+        return None  # the contract check already named the function that returned it, and its line
     if adapter is None:
         return None
     if source is None:  # the imported module, else (student code run elsewhere) the file beside the run
@@ -227,6 +251,29 @@ def _returns(fn: ast.FunctionDef) -> bool:
     """Whether fn can hand back a value: a `return x`, a yield, or a raise (a stub)."""
     return any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Raise)) or (isinstance(n, ast.Return) and n.value)
                for n in ast.walk(fn))
+
+
+def _none_used(error: BaseException, nones: list[str]) -> list[tuple[str, str | None]] | None:
+    """Which of the call's None arguments the raising line used, judged by value, not by name:
+    (the name on that line, the contract's argument it holds) for each parameter of the raising
+    function that holds None and appears on the line (a parameter came in from the caller; the
+    code's own `rows = None` is not an argument). The argument is the one of that name, else the
+    case's only None argument, else unknown (None). None where the error carries no frames."""
+    import linecache
+    last, tb = None, error.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if "site-packages" not in name and not name.startswith("<"):
+            last = tb
+        tb = tb.tb_next
+    if last is None:
+        return None
+    frame, code = last.tb_frame, last.tb_frame.f_code
+    line = linecache.getline(code.co_filename, last.tb_lineno)
+    words = set(re.findall(r"\b[A-Za-z_]\w*\b", line))
+    params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    held = [n for n in params if n in words and n in frame.f_locals and frame.f_locals[n] is None]
+    return [(n, n if n in nones else nones[0] if len(nones) == 1 else None) for n in held] if nones else []
 
 
 def _raising_line(error: BaseException) -> str:
@@ -304,6 +351,8 @@ def _wrong_result(term, case, actual, expected, nonfinite) -> list[tuple[str, st
     if isinstance(expected, torch.Tensor) and (slip := dtype_slip(actual, expected, stored)):
         return [("Likely cause", slip)]
     fingerprints = term.fingerprints(case)
+    if case.check == "raises":  # what code returns for invalid input names only a mistake about raising
+        fingerprints = {name: fp for name, fp in fingerprints.items() if raise_only(term, case.function, name)}
     name = matching_variant(actual, fingerprints, case.atol, case.rtol)
     if name and name in term.hints:
         return [("Likely cause", f"your output matches {term.hints[name]} ({match_evidence(actual, fingerprints[name])})")]
@@ -312,10 +361,36 @@ def _wrong_result(term, case, actual, expected, nonfinite) -> list[tuple[str, st
         return []
     broken = ~torch.isfinite(actual.detach()) & torch.isfinite(expected)
     if broken.any():
-        return [("Non-finite", nonfinite), ("Likely cause", overflow(nonfinite, actual.dtype))]
+        # what fed the first NaN (a slice of -inf and the mask behind it) before the op that made it
+        cause = getattr(nonfinite, "cause", None) or overflow(nonfinite, actual.dtype)
+        return [("Non-finite", nonfinite), ("Likely cause", cause)]
     axes = output_axes(case.function, actual.dim())
-    return [("Likely cause", heuristic(actual, expected, case.atol, case.rtol)),
-            ("What differs", what_differs(actual, expected, case.atol, case.rtol, axes, case.ulps))]
+    one_key = attends_causally(case.function)
+    differs = what_differs(actual, expected, case.atol, case.rtol, axes, case.ulps)
+    if one_key and differs and "every index but the first (index 0 is right)" in differs:
+        differs += (" (in causal attention position 0 sees one key, itself, whose weight is 1 whatever "
+                    "the scores: a mistake in the scores, the scale or the softmax leaves it right)")
+    return [("Likely cause", heuristic(actual, expected, case.atol, case.rtol, causal=one_key)),
+            ("What differs", differs)]
+
+
+_CAUSAL_MODULES = re.compile(r"\b(MultiHeadSelfAttention|GroupedQueryAttention|TransformerBlock|TransformerLM|"
+                             r"GPT2Block|GPT2LM)\b")
+
+
+def attends_causally(function: str) -> bool:
+    """Whether the function runs causal attention (its glue builds a module that holds one)."""
+    from harness.contract import ADAPTERS
+    return function in ADAPTERS and bool(_CAUSAL_MODULES.search(ADAPTERS[function].glue))
+
+
+def raise_only(term, function: str, variant: str) -> bool:
+    """Whether a known mistake shows on invalid input alone: it has a fingerprint on none of the
+    function's valid-input cases (plain weights[ids] wraps -1 and is right on every valid id; a
+    GELU that computes the tanh form for 'none' also returns for 'sigmoid', but that is not its
+    mistake, and code that returns the same for 'sigmoid' need not make it)."""
+    return not any(variant in c.diagnoses for c in term.cases
+                   if c.function == function and c.check != "raises" and not c.hidden)
 
 
 def output_axes(function: str, rank: int) -> list[str]:

@@ -10,6 +10,7 @@
 """
 
 import contextlib
+import re
 import sys
 import types
 from dataclasses import dataclass
@@ -203,6 +204,61 @@ def tables_indexed(module, *args, **kwargs) -> set[str]:
     return {name for name, p in module.named_parameters() if p.untyped_storage().data_ptr() in recorder.tables}
 
 
+GAIN_NAMES, SHIFT_NAMES = {"weight", "gamma", "scale", "g", "gain"}, {"bias", "beta", "shift", "b"}
+
+
+def parameter_roles(module, *args, **kwargs) -> dict[str, str]:
+    """Each parameter's role, from the module's structure and one eval-mode forward, whatever it is
+    named: "table" (a forward looks rows up in it), "gain" and "shift" (a norm's: a module whose own
+    parameters are all 1-D), "bias" (a 1-D parameter beside a matrix), "residual" (the matrix of a
+    sublayer's output projection: a layer with one matrix whose output its parent returns, where that
+    parent is a child of a block in a ModuleList), "matrix" (the matrix of any other such layer).
+    A parameter whose role this cannot tell is left out."""
+    if getattr(module, "remote_probe", None):  # code in a grading worker is watched there
+        return {str(name): str(role) for name, role in module.remote_probe("roles", *args, **kwargs)}
+    modules = dict(module.named_modules())
+    parent = {m: modules[name.rpartition(".")[0]] for name, m in modules.items() if name}
+    blocks = {child for m in modules.values() if isinstance(m, torch.nn.ModuleList) for child in m.children()}
+    outputs = {}
+
+    def keep(m, _inputs, out):
+        if isinstance(out, torch.Tensor):
+            outputs[m] = (out.untyped_storage().data_ptr(), tuple(out.shape))
+    hooks = [m.register_forward_hook(keep) for m in modules.values()]
+    training = {m: m.training for m in modules.values()}
+    module.eval()
+    try:
+        with torch.no_grad(), _TableRecorder() as recorder:
+            module(*args, **kwargs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+        for m, mode in training.items():
+            m.training = mode
+    roles = {}
+    owners = {}
+    for name, m in modules.items():
+        for leaf, p in m.named_parameters(recurse=False):
+            owners.setdefault(p, (f"{name}.{leaf}" if name else leaf, m, leaf))
+    for p, (name, m, leaf) in owners.items():
+        own = dict(m.named_parameters(recurse=False))
+        matrices = [q for q in own.values() if q.dim() == 2]
+        if p.untyped_storage().data_ptr() in recorder.tables:
+            roles[name] = "table"
+        elif p.dim() == 1 and not matrices and all(q.dim() == 1 for q in own.values()):
+            role = "gain" if leaf in GAIN_NAMES else "shift" if leaf in SHIFT_NAMES else None
+            if role:
+                roles[name] = role
+        elif p.dim() == 1 and len(matrices) == 1:
+            roles[name] = "bias"
+        elif p.dim() == 2 and len(matrices) == 1 and m in outputs and parent.get(m) in outputs:
+            up = parent[m]
+            roles[name] = "residual" if parent.get(up) in blocks and outputs[m] == outputs[up] else "matrix"
+    named = dict(module.named_parameters())  # the names a listing gives (a tied parameter under its first)
+    first = {id(p): n for n, p in named.items()}
+    return {first[id(p)]: roles[name] for p, (name, _, _) in owners.items() if name in roles and id(p) in first}
+
+
 class _TableRecorder(_Mode):
     LOOKUPS = {aten.index, aten.embedding, aten.index_select, aten._unsafe_index}
 
@@ -217,13 +273,17 @@ class _TableRecorder(_Mode):
         return func(*args, **(kwargs or {}))
 
 
-def first_nonfinite(fn, *args, **kwargs) -> str | None:
-    """Call fn and say where its first NaN/inf appears: the op that made one from finite
-    operands, and the line of the caller's own code that ran it. None where nothing did,
+def first_nonfinite(fn, *args, **kwargs) -> "Trace | None":
+    """Call fn and say where its first NaN/inf appears, and what fed it: where the first NaN
+    comes from a slice that is all -inf (a query whose every key is masked), where those -inf
+    were put and how their pattern relates to the masks (an inverted mask, a causal mask that
+    hides the diagonal, a softmax over the other axis); otherwise the op that made one from
+    finite operands, and the line of the caller's own code that ran it. None where nothing did,
     or where the code runs elsewhere (a grading worker)."""
     if getattr(fn, "remote_probe", None):
         return None
-    recorder = _NonFiniteRecorder()
+    masks = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor) and v.dtype == torch.bool}
+    recorder = _NonFiniteRecorder(masks)
     try:
         with recorder:
             fn(*args, **kwargs)
@@ -232,41 +292,266 @@ def first_nonfinite(fn, *args, **kwargs) -> str | None:
     return recorder.found
 
 
+class Trace(str):
+    """What first_nonfinite found, as the report's `Non-finite:` sentence; `cause` is the mistake
+    its evidence names (or None), `op` the op that made the first NaN/inf, `largest` the largest
+    finite |value| among that op's operands."""
+    cause: str | None = None
+    op: str = ""
+    largest: float = 0.0
+
+
 _HARNESS_FILES = ("site-packages", "/harness/", "/torch/", "<")
+# Ops that pass a bool mask on without deciding its pattern: the mask was made where its input was.
+_MASK_PASS = {"bitwise_not", "logical_not", "expand", "view", "_unsafe_view", "reshape", "unsqueeze", "squeeze",
+              "transpose", "t", "permute", "clone", "alias", "detach", "_to_copy", "to", "lift_fresh", "contiguous",
+              "slice", "select", "expand_as", "repeat", "lift_fresh_copy", "numpy_T", "mT"}
+_SOFTMAXES = {"_softmax", "_log_softmax", "softmax", "log_softmax", "_safe_softmax"}
+
+
+@dataclass
+class _Infs:
+    """Where a tensor's -inf values came from: the op and code that put them (`where`), the mask
+    that op used (`mask`: the op and code that made its pattern, or ("", NAME) for the call's
+    argument NAME), and their pattern now (`pattern`, the last tensor on the way that held them:
+    a later exp turns them into zeros)."""
+    op: str
+    where: str
+    mask: tuple[str, str] | None
+    pattern: torch.Tensor
+
+    def put(self, short: bool = False) -> str:
+        """Where the -inf were put, and with which mask; `short`: file:line only."""
+        cut = _short if short else (lambda where: where)
+        text = f"aten.{self.op}{cut(self.where)}"
+        if self.mask is None:
+            return text
+        op, where = self.mask
+        if not op:
+            return f"{text}, with the argument `{where}` as its mask"
+        return text + (f", with a mask made on that line by aten.{op}" if where == self.where
+                       else f", with a mask made by aten.{op}{cut(where)}")
 
 
 class _NonFiniteRecorder(_Mode):
-    def __init__(self):
+    def __init__(self, masks: dict | None = None):
         super().__init__()
-        self.found: str | None = None
+        self.found: Trace | None = None
+        self.masks = masks or {}  # the call's bool arguments, by name
+        from torch.utils.weak import WeakIdKeyDictionary
+        self.infs = WeakIdKeyDictionary()   # float tensor -> _Infs of the -inf on its way
+        self.made = WeakIdKeyDictionary()   # bool tensor -> where its pattern was made
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        made = [t for t in _tensors(out) if t.is_floating_point() and t.device.type != "meta"]
-        if self.found is not None or not made or "empty" in func.overloadpacket.__name__:  # uninitialised memory
+        if self.found is not None:
             return out
+        made = [t for t in _tensors(out) if t.device.type != "meta"]
+        name = func.overloadpacket.__name__
+        if not made or "empty" in name:  # uninitialised memory
+            return out
+        floats = [t for t in made if t.is_floating_point()]
         inputs = [t for t in _tensors((args, kwargs)) if t.is_floating_point() and t.device.type != "meta"]
         scalars = torch.tensor([a for a in tree_flatten((args, kwargs))[0] if isinstance(a, float)], dtype=torch.float64)
         nan_in = scalars.isnan().any() or any(t.isnan().any() for t in inputs)
         inf_in = scalars.isinf().any() or any(t.isinf().any() for t in inputs)
-        if not nan_in and any(t.isnan().any() for t in made):
-            self.found = self._describe(func, inputs, "NaN", inf_in)
-        elif not nan_in and not inf_in and any(t.isinf().any() for t in made):
-            self.found = self._describe(func, inputs, "inf", False)
+        if not nan_in and any(t.isnan().any() for t in floats):
+            self.found = self._describe(func, args, kwargs, inputs, next(t for t in floats if t.isnan().any()),
+                                        "NaN", inf_in)
+        elif not nan_in and not inf_in and any(t.isinf().any() for t in floats):
+            self.found = self._describe(func, args, kwargs, inputs, next(t for t in floats if t.isinf().any()),
+                                        "inf", False)
+        else:
+            self._follow(func, args, kwargs, made, floats)
         return out
 
-    @staticmethod
-    def _describe(func, inputs, kind: str, inf_in: bool) -> str:
-        import traceback
-        frames = [f for f in traceback.extract_stack() if not any(p in f.filename for p in _HARNESS_FILES)]
-        where = ""
-        if frames:
-            f = frames[-1]
-            name = "/".join(f.filename.rsplit("/", 2)[-2:])
-            where = f" in `{f.name}` ({name}:{f.lineno}: `{(f.line or '').strip()[:80]}`)"
+    # ---------------------------------------------------------------- following -inf and masks
+
+    def _follow(self, func, args, kwargs, made, floats) -> None:
+        name = func.overloadpacket.__name__
+        in_place = func._schema.is_mutable
+        bools = [t for t in _tensors((args, kwargs)) if t.dtype == torch.bool]
+        for t in made:
+            if t.dtype == torch.bool:
+                source = next((self.made[b] for b in bools if b in self.made), None) if name in _MASK_PASS else None
+                if source is None and name in _MASK_PASS:
+                    source = next((("", k) for b in bools for k, m in self.masks.items() if b is m), None)
+                self.made[t] = source or (name, _where(_student_frames()))
+        inputs = [t for t in _tensors((args, kwargs)) if t.is_floating_point() and t.device.type != "meta"]
+        for t in floats:
+            pattern = t.detach().isneginf()
+            before = self.infs.get(t) if in_place else None
+            sources = [(self.infs.get(i), i.detach().isneginf()) for i in inputs if i is not t and i.isneginf().any()]
+            if not pattern.any():  # no -inf now (exp made zeros of them): keep the way they came
+                kept = before or next((self.infs[i] for i in inputs if i in self.infs), None)
+                if kept is not None:
+                    self.infs[t] = kept
+                continue
+            if before is not None and _same_pattern(before.pattern, pattern):
+                continue
+            inherited = next((s for s, p in sources if s is not None and _same_pattern(p, pattern)), None)
+            if inherited is not None:
+                self.infs[t] = _Infs(inherited.op, inherited.where, inherited.mask, pattern)
+                continue
+            mask = next((b for b in bools), None)
+            used = None if mask is None else self.made.get(mask) or next(
+                (("", k) for k, m in self.masks.items() if mask is m), None)
+            self.infs[t] = _Infs(name, _where(_student_frames()), used, pattern)
+
+    # ---------------------------------------------------------------- the first NaN/inf
+
+    def _describe(self, func, args, kwargs, inputs, made, kind: str, inf_in: bool) -> Trace:
+        name = func.overloadpacket.__name__
+        where = _where(_student_frames(), caller=True)
         finite = [t[t.isfinite()] for t in inputs]
         largest = max((t.detach().abs().max().item() for t in finite if t.numel()), default=0.0)
         operands = "operands that hold inf (e.g. -inf in masked scores)" if inf_in else "finite operands"
-        return (f"the first {kind} is made by aten.{func.overloadpacket.__name__}{where}, from {operands} "
-                f"whose largest finite |value| is {largest:.4g}")
+        text = (f"the first {kind} is made by aten.{name}{where}, from {operands} "
+                f"whose largest finite |value| is {largest:.4g}{_operands_at(func, args, made, kind)}")
+        cause = None
+        if kind == "NaN":
+            masked = self._masked_slice(func, args, inputs, made)
+            if masked is not None:
+                text, cause = self._masked_story(masked, name, where)
+        trace = Trace(text)
+        trace.cause, trace.op, trace.largest = cause, name, largest
+        return trace
 
+    def _masked_slice(self, func, args, inputs, made):
+        """(the -inf record, the reduction axis, the first NaN's index) where the first NaN lies in
+        a slice, along the axis this op reduces over, whose every value was -inf; else None."""
+        name = func.overloadpacket.__name__
+        infs = next((self.infs[t] for t in inputs if t in self.infs and t.isneginf().any()), None) or \
+            next((self.infs[t] for t in inputs if t in self.infs), None)
+        if infs is None or infs.pattern.shape != made.shape or made.dim() == 0:
+            return None
+        axis = None
+        if name in _SOFTMAXES and len(args) > 1 and isinstance(args[1], int):
+            axis = args[1] % made.dim()
+        else:
+            reduced = {d for t in inputs if t.dim() == made.dim() for d in range(made.dim())
+                       if t.shape[d] == 1 and made.shape[d] > 1}
+            axis = reduced.pop() if len(reduced) == 1 else None
+        if axis is None:
+            return None
+        first = tuple(made.isnan().nonzero()[0].tolist())
+        full = infs.pattern.all(dim=axis)
+        rest = first[:axis] + first[axis + 1:]
+        if not bool(full[rest]):
+            return None
+        return infs, axis, first
+
+    def _masked_story(self, masked, op: str, where: str) -> tuple[str, str | None]:
+        infs, axis, first = masked
+        pattern = infs.pattern
+        rank = pattern.dim()
+        at = "[" + ", ".join(":" if d == axis else str(i) for d, i in enumerate(first)) + "]"
+        put = infs.put(short=True)
+        text = (f"the first NaN comes from a slice with no finite value: every value at {at} of a "
+                f"{list(pattern.shape)} tensor is -inf where aten.{op}{where} reduces along axis "
+                f"{axis - rank}, and a softmax over it is 0/0 (-inf - -inf). The -inf were put there by {infs.put()}")
+        for mask_name, mask in self.masks.items():
+            for transposed, m in ((False, mask), (True, mask.mT if mask.dim() >= 2 else None)):
+                if m is None or not _broadcasts(m, pattern):
+                    continue
+                layout = " (transposed)" if transposed else ""
+                if torch.equal(pattern, m.expand(pattern.shape)):
+                    return text, (f"an inverted mask: the -inf are exactly where `{mask_name}` is True{layout}, "
+                                  f"put by {put}. True means the query MAY attend to that key: put -inf where "
+                                  f"`{mask_name}` is False (~{mask_name})")
+                if torch.equal(pattern, (~m).expand(pattern.shape)):
+                    keys = rank - 2 if transposed else rank - 1
+                    if axis == keys:
+                        return text, None
+                    return text, (f"a softmax over the query axis: the -inf follow `{mask_name}` as they should, "
+                                  f"but the softmax{_short(where)} runs along axis {axis - rank}, the queries, where a key "
+                                  f"that no query may see has no finite value. Each query's weights over the keys "
+                                  f"sum to 1: take the softmax over the keys, axis {keys - rank} here")
+        if rank >= 2 and axis == rank - 1 and pattern.shape[-1] == pattern.shape[-2] > 1:
+            n = pattern.shape[-1]
+            ones = torch.ones(n, n, dtype=torch.bool, device=pattern.device)
+            if torch.equal(pattern, ones.tril().expand(pattern.shape)):
+                return text, (f"the causal mask is inverted: -inf hides keys 0..i from query i and keeps the "
+                              f"later ones, so the last query sees no key (put by {put}). Query i may see "
+                              "keys 0..i: hide only the keys j > i")
+            if torch.equal(pattern, ones.triu().expand(pattern.shape)):
+                return text, (f"a causal mask that also hides the diagonal: query 0 sees no key, not even itself "
+                              f"(put by {put}). Query i must see key i: hide only the keys j > i "
+                              "(triu(diagonal=1))")
+        return text, None
+
+
+_SIGNS = {"add": "+", "sub": "-", "mul": "x", "div": "/", "rsub": "-"}
+
+
+def _operands_at(func, args, made: torch.Tensor, kind: str) -> str:
+    """For a binary arithmetic op, its two operands at the first NaN/inf: `; at [i, j]: -inf - -inf`."""
+    sign = _SIGNS.get(func.overloadpacket.__name__)
+    if sign is None or len(args) < 2 or not all(isinstance(a, (torch.Tensor, float, int)) for a in args[:2]):
+        return ""
+    bad = made.isnan() if kind == "NaN" else made.isinf()
+    index = tuple(bad.nonzero()[0].tolist()) if made.dim() else ()
+    values = []
+    for a in args[:2]:
+        if isinstance(a, torch.Tensor):
+            try:
+                a = a.detach().expand(made.shape)[index].item()
+            except RuntimeError:
+                return ""
+        values.append(a)
+    if func.overloadpacket.__name__ == "rsub":
+        values.reverse()
+    shown = [f"{v:g}" if isinstance(v, float) else str(v) for v in values]
+    return f"; at [{', '.join(map(str, index))}] it computed {shown[0]} {sign} {shown[1]}"
+
+
+def _short(where: str) -> str:
+    """` in `f` (file:line: `code`)[, called from ...]` -> ` at file:line[, called from file:line]`."""
+    found = re.findall(r"\(([^\s():]+:\d+): `", where)
+    return (" at " + ", called from ".join(found)) if found else where
+
+
+def _broadcasts(small: torch.Tensor, shape_of: torch.Tensor) -> bool:
+    try:
+        return torch.broadcast_shapes(small.shape, shape_of.shape) == shape_of.shape
+    except RuntimeError:
+        return False
+
+
+def _same_pattern(before: torch.Tensor, after: torch.Tensor) -> bool:
+    """Whether `after` holds the -inf of `before`, moved but not changed: broadcast, or the same
+    number of them in a tensor of the same size (a transpose, a reshape)."""
+    if _broadcasts(before, after):
+        return torch.equal(before.expand(after.shape), after)
+    return before.numel() == after.numel() and int(before.sum()) == int(after.sum())
+
+
+def _student_frames() -> list:
+    """The frames of the code under test, outermost first: not the harness, torch, libraries or
+    the adapters' glue (students do not edit adapters.py)."""
+    from harness.contract import ADAPTERS
+    frames, frame = [], sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if not any(p in code.co_filename for p in _HARNESS_FILES) and code.co_name not in ADAPTERS \
+                and code.co_name != "with_weights":
+            frames.append(frame)
+        frame = frame.f_back
+    return frames[::-1]
+
+
+def _where(frames: list, caller: bool = False) -> str:
+    """` in `f` (file:line: `code`)` for the innermost frame, and with `caller` its caller's line
+    where that is the student's code too (a softmax whose axis the caller chose)."""
+    import linecache
+    if not frames:
+        return ""
+
+    def at(frame) -> str:
+        name = "/".join(frame.f_code.co_filename.rsplit("/", 2)[-2:])
+        line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()[:80]
+        return f"`{frame.f_code.co_name}` ({name}:{frame.f_lineno}: `{line}`)"
+    text = f" in {at(frames[-1])}"
+    if caller and len(frames) > 1:
+        text += f", called from {at(frames[-2])}"
+    return text

@@ -7,8 +7,10 @@ fails with the adapter's name and the expected axes rather than deep in a test.
 
 import importlib
 import importlib.util
+import inspect
 import re
 import sys
+import sysconfig
 import traceback
 import typing
 from pathlib import Path
@@ -21,6 +23,8 @@ from harness.contract import ADAPTERS, Adapter
 
 
 HARNESS, IMPORTLIB = Path(__file__).parent, Path(importlib.__file__).parent
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+GENERATORS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR  # a yield is no return
 
 
 class AdaptersError(Exception):
@@ -124,7 +128,11 @@ def checked(adapter: Adapter, impl):
         try:
             out = typed(*args, **kwargs)
         except TypeCheckError as e:
-            raise ContractViolation(explain(adapter, str(e))) from None
+            message = str(e)
+            source = None
+            if _field(message, "Actual value") == "None" and "return value" in message:
+                source = returned_none(adapter, impl, args, kwargs)
+            raise ContractViolation(explain(adapter, message, source)) from None
         _check_every_entry(adapter, out)
         return out
     call.__name__ = adapter.name
@@ -148,18 +156,84 @@ def _check_every_entry(adapter: Adapter, out) -> None:
                                     f"{hint}\n  see the docstring of {adapter.name} in adapters.py")
 
 
-def explain(adapter: Adapter, message: str) -> str:
-    """Shorten jaxtyping's report to what the student needs: what, got, expected, axes."""
+def explain(adapter: Adapter, message: str, none_from: str | None = None) -> str:
+    """Shorten jaxtyping's report to what the student needs: what, got, expected, axes.
+    `none_from`: for a None returned, the student's function that returned it (returned_none)."""
     actual = _field(message, "Actual value")
     expected = _field(message, "Expected type")
     axes = ", ".join(re.findall(r"^(\w+=\S+)$", message, re.M))
     where = "returned" if "return value" in message else f"was called with {_argument(message)}"
     text = f"{adapter.name} {where} {actual}, but the contract says {expected}"
-    if actual == "None":
-        text += ". Did the adapter forget to `return`?"
+    if actual == "None" and "return value" in message:
+        text += f": {none_from}" if none_from else \
+            ": a function of your code that it calls returned None (look for a missing `return` in student/)"
     if axes:
         text += f"\n  axis sizes bound by the inputs: {axes}"
     return text + f"\n  see the docstring of {adapter.name} in adapters.py"
+
+
+def returned_none(adapter: Adapter, impl, args: tuple, kwargs: dict) -> str | None:
+    """Which of the student's functions handed the adapter its None: call `impl` again under a
+    profiler and take the last of the student's frames to return before the adapter did (the
+    outermost call of the code under test; a helper that returns None on purpose finishes
+    earlier). None where the code runs elsewhere (a grading worker) or no such frame returned."""
+    if getattr(impl, "remote_probe", None):
+        return None
+    try:
+        bound = adapter.signature.bind(*args, **kwargs)
+    except TypeError:
+        return None
+    bound.apply_defaults()
+    glue = getattr(impl, "__code__", None)
+    returns = []
+
+    def profile(frame, event, arg):
+        code = frame.f_code
+        if event == "return" and code is not glue and code.co_name not in ADAPTERS and code.co_name != "with_weights" \
+                and not code.co_flags & GENERATORS and _is_student(code.co_filename):
+            returns.append((code, frame.f_lineno, arg is None))
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        impl(*bound.arguments.values())
+    except Exception:  # noqa: BLE001 - what returned before the error is still evidence
+        pass
+    finally:
+        sys.setprofile(previous)
+    if not returns or not returns[-1][2]:
+        return None
+    code, line, _ = returns[-1]
+    import linecache
+    text = linecache.getline(code.co_filename, line).strip()
+    where = shown_path(code.co_filename)
+    said = f"`{code.co_qualname}` ({where}:{code.co_firstlineno}), which it calls, returned None"
+    said += f" after {where}:{line}" + (f" (`{text[:80]}`)" if text else "")
+    if _drops_a_value(code.co_filename, line):
+        said += ", whose value is computed and dropped"
+    return said + ". Add the missing `return` there (adapters.py only passes on what your code returns)"
+
+
+def _is_student(filename: str) -> bool:
+    """Not the harness, an installed package or Python's own library."""
+    path = Path(filename)
+    return not (filename.startswith("<") or "site-packages" in filename or HARNESS in path.parents
+                or STDLIB in path.parents)
+
+
+def _drops_a_value(filename: str, line: int) -> bool:
+    """Whether the statement at `line` is an expression whose value nothing keeps: not a
+    print, an in-place method (`x.add_(...)`) or a docstring."""
+    import ast
+    try:
+        tree = ast.parse(Path(filename).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Expr) and node.lineno == line and not isinstance(node.value, ast.Constant):
+            call = node.value.func if isinstance(node.value, ast.Call) else None
+            name = getattr(call, "attr", None) or getattr(call, "id", None) or ""
+            return name != "print" and not name.endswith("_")
+    return False
 
 
 def _field(message: str, label: str) -> str:

@@ -29,6 +29,14 @@ class FixtureError(Exception):
     """A term is unknown, missing a file, or a file does not match its recorded hash."""
 
 
+
+# Hints whose wording a term built earlier stored wrong: what reports say instead. Each is the
+# variant's hint in reference/variants.py today, so a rebuilt term stores the same words.
+REWORDED = {
+    # stored: "sin and cos swapped: even dimensions hold sin, odd dimensions cos", the correct layout
+    "swapped_sin_cos": "sin and cos swapped: your even dimensions hold cos and your odd ones sin; even dimensions hold sin, odd ones cos",
+}
+
 @dataclass
 class Case:
     function: str
@@ -128,8 +136,9 @@ class Term:
 
     @property
     def hints(self) -> dict[str, str]:
-        """Known mistake -> what a matching result is diagnosed as."""
-        return self.manifest.get("hints", {})
+        """Known mistake -> what a matching result is diagnosed as (as reworded since the term was built)."""
+        stored = self.manifest.get("hints", {})
+        return {**stored, **{name: text for name, text in REWORDED.items() if name in stored}}
 
     def fingerprints(self, case: Case) -> dict[str, dict]:
         """Known mistake -> its stored sample ({"idx", "val"}) or its counts. Samples are packed

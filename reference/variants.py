@@ -228,7 +228,8 @@ register("concatenated_sin_cos", "sinusoidal [sin | cos] layout (tensor2tensor/f
          mistake=8,
          embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, layout="concatenated"))
 register("swapped_sin_cos", "cos on even dims, sin on odd dims",
-         hint="sin and cos swapped: even dimensions hold sin, odd dimensions cos", mistake=9,
+         hint="sin and cos swapped: your even dimensions hold cos and your odd ones sin; even dimensions hold sin, odd ones cos",
+         mistake=9,
          embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, swap=True))
 register("raw_dimension_exponent", "exponent uses the raw dimension j instead of 2i",
          hint="an exponent that uses the raw dimension j; both dimensions of pair i use 2i/d_model", mistake=10,
@@ -639,7 +640,7 @@ register("softmax_global_max", "softmax subtracts the global max, not each slice
 
 # ================================================================ contract slips
 
-register("forgot_return", "the adapter's function forgets to return", named_by="forget to `return`",
+register("forgot_return", "the adapter's function forgets to return", named_by="Add the missing `return` there",
          embeddings__embedding_lookup=lambda w, ids: None)
 register("flattened_output", "the lookup flattens the leading dimensions", named_by="shape",
          embeddings__embedding_lookup=lambda w, ids: _lookup(w, ids.reshape(-1)))

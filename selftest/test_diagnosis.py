@@ -111,3 +111,49 @@ def test_the_table_is_found_in_every_lookup_style(style):
     with torch.no_grad():
         found = tables_indexed(Lookup(), torch.tensor([[1, 2]]))
     assert found == {"table.weight" if style == "nn.Embedding" else "table"}
+
+
+def _einx_rank_error(x) -> BaseException:
+    """einx's RankError, or where einx is not installed, an exception of that name from its module."""
+    try:
+        import einx
+    except ImportError:
+        error = type("RankError", (Exception,), {"__module__": "einx.errors"})
+        return error("The number of tensor dimensions and axes in the expression does not match.\n"
+                     "The following equation(s) were determined for the expression:\n    b t (h d) = 3 8\n    h = 2")
+    return _error(lambda t: einx.id("b t (h d) -> b h t d", t, h=2), x)
+
+
+@pytest.mark.parametrize("style", ["einx", "torch.einsum", "indexing", "transpose", "shape-index"])
+def test_a_rank_error_is_named_however_it_was_spelled(style):
+    """Code that assumes 3-D inputs fails on 2-D ones in whatever library it was written with."""
+    x = torch.zeros(3, 8)
+    error = {
+        "einx": lambda: _einx_rank_error(x),
+        "torch.einsum": lambda: _error(lambda t: torch.einsum("btd,od->bto", t, torch.zeros(5, 8)), x),
+        "indexing": lambda: _error(lambda t: t[:, :, 0::2], x),
+        "transpose": lambda: _error(lambda t: t.transpose(1, 2), x),
+        "shape-index": lambda: _error(lambda t: t.shape[2], x),
+    }[style]()
+    said = crash(error, None, {"in_features": x})
+    assert said and "fixed number of dimensions" in said and "float32[3, 8]" in said, (style, error, said)
+
+
+def test_none_is_judged_by_the_argument_that_was_none_whatever_its_name():
+    """The student's parameter may be named otherwise than the contract's: `~attend_mask` with the
+    case's mask=None is the None argument used, as `torch.where(mask, ...)` is."""
+    def inverted(scores, attend_mask=None):
+        return scores.masked_fill(~attend_mask, 0.0)
+
+    def where(scores, mask=None):
+        return torch.where(mask, scores, 0.0)
+
+    def drops_a_result(scores, attend_mask=None):
+        rows = None
+        return rows + scores
+    case = type("Case", (), {"args": {}, "function": "run_scaled_dot_product_attention"})()
+    inputs = {"Q": torch.zeros(2, 2), "mask": None}
+    for fn, name in ((inverted, "`attend_mask` (the argument `mask`)"), (where, "`mask`")):
+        said = crash(_error(fn, torch.zeros(2, 2), None), case, inputs)
+        assert said and f"uses {name} although it is None" in said and "the docstring says" in said, (fn, said)
+    assert crash(_error(drops_a_result, torch.zeros(2, 2), None), case, inputs) is None

@@ -1,6 +1,7 @@
 """What a failure report explains, proved both ways: each sentence appears where its
 evidence is, and correct code gets none (issue 16: say only what is true)."""
 
+import pytest
 import torch
 
 from conftest import run_suite
@@ -53,7 +54,10 @@ def test_the_first_nonfinite_value_is_located_in_the_code_that_made_it():
     said = first_nonfinite(mean_softmax, torch.tensor([[0.0, 300.0]]))
     assert said.startswith("the first inf is made by aten.exp in `mean_softmax`") and "150" in said, said
     said = first_nonfinite(fully_masked, torch.randn(2, 2))
-    assert "NaN is made by aten._softmax in `fully_masked`" in said and "operands that hold inf" in said, said
+    # what fed the NaN comes first: row 0 is all -inf, put there by the masked_fill (issue 24)
+    assert said.startswith("the first NaN comes from a slice with no finite value: every value at [0, :]"), said
+    assert "aten._softmax in `fully_masked`" in said and "put there by aten.masked_fill in `fully_masked`" in said
+    assert "also hides the diagonal" in said.cause, said.cause
     assert first_nonfinite(lambda x: torch.empty(3).fill_(1.0) * x, torch.ones(3)) is None  # memory, not a NaN
     assert first_nonfinite(torch.softmax, torch.randn(3, 4), -1) is None
 
@@ -149,3 +153,348 @@ def test_a_fingerprint_matches_only_within_the_cases_own_tolerance():
     off = torch.tensor([1.0 + 5 * (atol + rtol), 2.0])     # within 10x, not 1x
     assert matching_variant(near, {"eps_mistake": fp}, atol, rtol) == "eps_mistake"
     assert matching_variant(off, {"eps_mistake": fp}, atol, rtol) is None
+
+
+# ---------------------------------------------------------------- issue 24: reports point at the student's own mistake
+
+@pytest.fixture
+def submission(tmp_path, forget_other_repositories):
+    """make(file, old, new, ...): the reference as a student's submission with edits in student/FILE,
+    as a student writes them; returns (adapters path, the edited file's lines)."""
+    import sys
+    from conftest import edit, reference_as_student
+    for name in [m for m in sys.modules if m.split(".")[0] in ("adapters", "student")]:
+        del sys.modules[name]
+    made = []
+
+    def make(target: str, *edits: str):
+        sub = reference_as_student(tmp_path / f"submission{len(made)}")
+        made.append(sub)
+        for old, new in zip(edits[::2], edits[1::2]):
+            edit(sub / "student" / target, old, new)
+        return str(sub / "adapters.py"), (sub / "student" / target).read_text().splitlines()
+    return make
+
+
+def _line(lines: list[str], text: str) -> int:
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def _reports(run, function: str) -> list[str]:
+    return [m for n, m in run.messages.items() if n in run.failed and run.adapters.get(n) == function]
+
+
+def _said(message: str, label: str) -> str:
+    return next((line for line in message.splitlines() if line.startswith(label)), "")
+
+
+MASKED = '        scores = scores.masked_fill(~mask, float("-inf"))'
+
+
+def test_a_nan_from_an_inverted_mask_is_traced_to_the_mask(submission):
+    """torch.where(mask, -inf, scores) fills the keys the query MAY see: rows with one allowed key
+    are all -inf, and softmax makes NaN there. The report names the student's mask line, not the
+    (correct) softmax that made the first NaN."""
+    target, lines = submission("attention.py", MASKED, '        scores = torch.where(mask, float("-inf"), scores)')
+    run = run_suite("--adapters", target, "--function", "run_scaled_dot_product_attention")
+    where = f"student/attention.py:{_line(lines, 'torch.where(mask')}"
+    nan = [m for m in _reports(run, "run_scaled_dot_product_attention") if "Non-finite:" in m]
+    assert nan, run.messages
+    for message in nan:
+        said = _said(message, "Non-finite:")
+        assert where in said and "no finite value" in said and "is -inf" in said, said
+        assert not said.startswith("Non-finite: the first NaN is made by aten.sub in `softmax`"), said
+        cause = _said(message, "Likely cause:")
+        assert "inverted" in cause and "where `mask` is True" in cause and where in cause, message
+
+
+def test_a_nan_from_a_softmax_over_the_queries_names_the_axis(submission):
+    """The mask is right; the softmax runs over the queries (by transposes), so a key that no query
+    may see is an all -inf slice. The mask is not blamed."""
+    target, lines = submission("attention.py", "    return softmax(scores, dim=-1) @ V",
+                               "    return softmax(scores.transpose(-1, -2), dim=-1).transpose(-1, -2) @ V")
+    run = run_suite("--adapters", target, "--function", "run_scaled_dot_product_attention")
+    nan = [m for m in _reports(run, "run_scaled_dot_product_attention") if "Non-finite:" in m]
+    assert nan, run.messages
+    for message in nan:
+        cause = _said(message, "Likely cause:")
+        assert "query axis" in cause and "inverted" not in cause, message
+        assert f"student/attention.py:{_line(lines, 'softmax(scores.transpose')}" in message, message
+
+
+def test_a_nan_from_an_inverted_causal_mask_is_traced_to_the_mask_that_was_built(submission):
+    """MHA builds triu(1) (True = the keys to hide) and passes it where True means may attend: the
+    last query sees no key. The report says the causal mask is inverted and where it was made."""
+    target, lines = submission("attention.py", "dtype=torch.bool, device=x.device).tril()",
+                               "dtype=torch.bool, device=x.device).triu(1)")
+    run = run_suite("--adapters", target, "--function", "run_multihead_self_attention")
+    nan = [m for m in _reports(run, "run_multihead_self_attention") if "Non-finite:" in m]
+    assert nan, run.messages
+    for message in nan:
+        cause = _said(message, "Likely cause:")
+        assert "causal mask is inverted" in cause, message
+        assert f"student/attention.py:{_line(lines, '.triu(1)')}" in cause, message
+
+
+def test_a_missing_return_names_the_students_function_and_line(submission):
+    """RMSNorm.forward returns on the float32 path only; on bfloat16 it computes the value and
+    drops it. The report names that function and the line, not adapters.py (which students do
+    not edit), though the function has a `return` elsewhere."""
+    target, lines = submission("model.py", "        return (wide / rms * self.weight).to(x.dtype)",
+                               "        if x.dtype == torch.float32:\n"
+                               "            return wide / rms * self.weight\n"
+                               "        (wide / rms * self.weight).to(x.dtype)")
+    run = run_suite("--adapters", target, "--function", "run_rmsnorm")
+    dropped = f"student/model.py:{_line(lines, '        (wide / rms * self.weight).to(x.dtype)')}"
+    nones = [m for m in _reports(run, "run_rmsnorm") if "returned None" in m]
+    assert nones, run.messages
+    for message in nones:
+        assert "`RMSNorm.forward`" in message and dropped in message, message
+        assert "Did the adapter forget" not in message, message
+
+
+def test_swapped_sin_and_cos_is_told_what_the_code_did(submission):
+    """The stored hint read "sin and cos swapped: even dimensions hold sin, odd dimensions cos",
+    which is the correct layout, as if it described the student's output."""
+    target, _ = submission("embeddings.py", "    pe = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)",
+                           "    pe = torch.empty(*angles.shape[:-1], d_model, dtype=torch.float64, device=angles.device)\n"
+                           "    pe[..., 0::2], pe[..., 1::2] = torch.cos(angles), torch.sin(angles)")
+    run = run_suite("--adapters", target, "--function", "run_sinusoidal_positions")
+    causes = [_said(m, "Likely cause:") for m in _reports(run, "run_sinusoidal_positions")]
+    named = [c for c in causes if "sin and cos swapped" in c]
+    assert named, causes
+    for cause in named:
+        assert "your even dimensions hold cos and your odd ones sin" in cause, cause
+        assert "swapped: even dimensions hold sin" not in cause, cause
+
+
+def test_a_reworded_hint_is_the_variants_own():
+    """A hint reworded for a term built before the rewording is what reference/variants.py says now
+    (so a rebuild changes nothing, and the class report knows the line)."""
+    from harness.store import REWORDED
+    from reference.variants import VARIANTS
+    assert REWORDED and all(VARIANTS[name].hint == text for name, text in REWORDED.items())
+
+
+def test_a_property_whose_oracle_is_another_function_checks_that_function_first(submission, tmp_path):
+    """The GQA properties compare with the student's own MHA. Here GQA is right (torch's SDPA) and
+    MHA scales its scores by d_k, not sqrt(d_k): the GQA tests must say to fix MHA first, not
+    blame GQA's kv grouping."""
+    from conftest import edit
+    target, _ = submission("attention.py", "    scores = Q @ K.transpose(-1, -2) / math.sqrt(Q.shape[-1])",
+                           "    scores = Q @ K.transpose(-1, -2) / Q.shape[-1]")
+    edit(tmp_path / "submission0" / "student" / "gpt2.py", "out = attention.scaled_dot_product_attention(q, k, v, causal)",
+         "out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=causal)")
+    run = run_suite("--adapters", target, "--function", "run_grouped_query_attention")
+    properties = [m for n, m in run.messages.items() if n in run.failed and "test_gqa_" in n]
+    assert properties, run.messages
+    for message in properties:
+        assert "fix run_multihead_self_attention first" in message, message
+        assert "kv head h //" not in message and "must equal" not in message, message
+    assert not [n for n in run.failed if "test_fixture" in n]  # GQA itself is right
+
+
+POSITION_0 = "only position 0 is right"
+
+
+def test_position_0_right_is_blamed_on_positions_only_where_it_sees_more_than_one_key(submission):
+    """In causal attention query 0 sees one key, whose weight is 1 whatever its score: an SDPA that
+    divides by d_k leaves position 0 right, and its rotation or position vector is not to blame.
+    A RoPE whose frequencies are doubled is right at position 0 (no rotation) and is still told so."""
+    target, _ = submission("attention.py", "    scores = Q @ K.transpose(-1, -2) / math.sqrt(Q.shape[-1])",
+                           "    scores = Q @ K.transpose(-1, -2) / Q.shape[-1]")
+    run = run_suite("--adapters", target, "--function", "run_multihead_self_attention")
+    reports = _reports(run, "run_multihead_self_attention")
+    assert reports and not [m for m in reports if POSITION_0 in m], reports
+    target, _ = submission("rope.py", "        inv_freq = theta ** (-pair / d_k)", "        inv_freq = 2 * theta ** (-pair / d_k)")
+    run = run_suite("--adapters", target, "--function", "run_rope")
+    assert [m for m in _reports(run, "run_rope") if POSITION_0 in m], run.messages
+
+
+def test_the_output_is_called_right_only_where_it_is_right_up_to_rounding(submission):
+    """A tanh GELU in the GPT-2 LM passes the truncated case's output tolerance (it is off by 7e-5 of
+    its largest value, float32 rounding gives 2e-7), and its gradient fails: the report must not say
+    "the output is right, only the gradient is wrong", which sends the student to the backward pass."""
+    target, _ = submission("gpt2.py", "        return self.c_proj(gelu(self.c_fc(x), self.approximate))",
+                           "        return self.c_proj(torch.nn.functional.gelu(self.c_fc(x), approximate='tanh'))")
+    run = run_suite("--adapters", target, "--function", "run_gpt2_lm")
+    gradients = [m for n, m in run.messages.items() if n in run.failed and ":gradient]" in n]
+    assert gradients, run.messages
+    assert not [m for m in gradients if "the output is right" in m], gradients
+    assert any("The forward computation differs" in m for m in gradients), gradients
+
+
+def test_a_must_raise_case_names_only_a_mistake_about_raising(submission):
+    """A GELU that computes the tanh form for every approximate but 'none' returns for 'sigmoid';
+    its output there equals the stored tanh-for-exact mistake's, which this code does not make.
+    A must-raise case says it did not raise, and names a mistake only where that mistake shows
+    on invalid input alone (plain weights[ids] wrapping -1)."""
+    target, _ = submission("gpt2.py", '''    if approximate == "tanh":
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x.pow(3))))
+    raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")''',
+                           '''    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x.pow(3))))''')
+    run = run_suite("--adapters", target, "--function", "run_gelu")
+    raised = [m for n, m in run.messages.items() if n in run.failed and ":raises]" in n]
+    assert raised and all("instead of raising" in m and "Likely cause" not in m for m in raised), raised
+    run = run_suite("--adapters", "reference.variants:negative_ids_wrap", "--function", "run_embedding")
+    raised = [m for n, m in run.messages.items() if n in run.failed and ":raises]" in n]
+    assert raised and all("Likely cause: your output matches plain weights[ids]" in m for m in raised), raised
+
+
+def test_a_wrong_output_shape_is_our_own_message_in_the_gradient_check_too(submission):
+    """index_select on flattened ids returns [N, D] for [B, T] ids; the gradient check called
+    autograd with the expected shape's cotangent and printed torch's "Mismatch in shape"."""
+    target, _ = submission("embeddings.py", "    return weights[token_ids]",
+                           "    return weights.index_select(0, token_ids.flatten())")
+    run = run_suite("--adapters", target, "--function", "run_embedding")
+    gradients = [m for n, m in run.messages.items() if n in run.failed and ":gradient]" in n]
+    assert gradients, run.messages
+    for message in gradients:
+        assert "Mismatch in shape" not in message and "Traceback" not in message, message
+        assert "output: shape [" in message and "this case expects the output shape" in message, message
+
+
+def test_each_accounting_property_says_what_its_name_says(submission):
+    """Scores counted with the kv width: the kv cache is right, flops.attention_scores shrinks with
+    GQA. The kv-cache test passes; the score-FLOPs one fails with the FLOPs message."""
+    target, _ = submission("accounting.py", '        "flops.attention_scores": L * 2 * T * T * d,',
+                           '        "flops.attention_scores": L * 2 * T * T * kv,')
+    run = run_suite("--adapters", target, "--function", "run_transformer_accounting")
+    failed = {n.split("::")[-1]: m for n, m in run.messages.items() if n in run.failed}
+    assert not [n for n in failed if "kv_cache" in n], failed
+    flops = [m for n, m in failed.items() if "score_flops" in n]
+    assert flops and all("GQA does not change flops.attention_scores" in m for m in flops), failed
+
+
+def test_unused_parameters_are_named_before_any_gradient_that_differs(submission):
+    """An attention whose projections skip their biases (x @ W.T): the block's gradient check said
+    only that ln1.weight's gradient differs; the biases get no gradient at all, and it says so."""
+    target, _ = submission("gpt2.py",
+                           '        q = rearrange(self.q_proj(x), "... s (h d) -> ... h s d", h=self.num_heads)',
+                           '        q = rearrange(x @ self.q_proj.weight.T, "... s (h d) -> ... h s d", h=self.num_heads)',
+                           "for p in (self.k_proj, self.v_proj))\n        if self.rope",
+                           "for p in (self.k_proj.weight.T, self.v_proj.weight.T))\n        if self.rope",
+                           "(rearrange(p(x), ", "(rearrange(x @ p, ")
+    run = run_suite("--adapters", target, "--function", "run_gpt2_block")
+    gradients = [m for n, m in run.messages.items() if n in run.failed and ":gradient]" in n]
+    assert gradients, run.messages
+    for message in gradients:
+        assert "no gradient reaches `weights/attn.q_proj.bias`, `weights/attn.k_proj.bias`, " \
+               "`weights/attn.v_proj.bias`" in message, message
+        assert "`weights/ln1.weight`" not in message and "never used" in message, message
+
+
+def test_the_gelu_contract_says_what_torch_does():
+    """run_gelu's docstring said an unknown approximate raises ValueError "as torch.nn.functional.gelu
+    does"; F.gelu raises RuntimeError. The rule (ValueError) stays; what it says of torch is true."""
+    import torch.nn.functional as F
+    from harness.contract import ADAPTERS
+    doc = " ".join(ADAPTERS["run_gelu"].spec.__doc__.split())
+    with pytest.raises(Exception) as raised:
+        F.gelu(torch.zeros(2), approximate="sigmoid")
+    assert "raises ValueError" in doc and "as torch.nn.functional.gelu does" not in doc, doc
+    assert f"torch.nn.functional.gelu raises {type(raised.value).__name__}" in doc, doc
+
+
+def test_a_none_argument_under_the_students_own_name_is_named(submission):
+    """The student calls the mask `attend_mask` and never checks it for None: the case's mask=None
+    reaches `~attend_mask`, and the report says that argument was None, by its value."""
+    target, _ = submission("attention.py", "def scaled_dot_product_attention(Q, K, V, mask=None):",
+                           "def scaled_dot_product_attention(Q, K, V, attend_mask=None):",
+                           "    if mask is not None:\n        scores = scores.masked_fill(~mask, float(\"-inf\"))",
+                           "    scores = scores.masked_fill(~attend_mask, float(\"-inf\"))")
+    run = run_suite("--adapters", target, "--function", "run_scaled_dot_product_attention")
+    crashes = [m for m in _reports(run, "run_scaled_dot_product_attention") if "raised TypeError" in m]
+    assert crashes and all("uses `attend_mask` (the argument `mask`) although it is None" in m for m in crashes), \
+        crashes
+
+
+NANOGPT = '''
+import math
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.h = h
+        self.c_attn = nn.Linear(d, 3 * d)
+        self.c_proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.h, C // self.h).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class MLP(nn.Module):
+    def __init__(self, d, d_ff):
+        super().__init__()
+        self.c_fc, self.c_proj = nn.Linear(d, d_ff), nn.Linear(d_ff, d)
+
+    def forward(self, x):
+        return self.c_proj(F.gelu(self.c_fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, d, h, d_ff):
+        super().__init__()
+        self.ln_1, self.attn, self.ln_2, self.mlp = nn.LayerNorm(d), CausalSelfAttention(d, h), nn.LayerNorm(d), MLP(d, d_ff)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size, context_length, d_model, num_layers, num_heads, d_ff):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(vocab_size, d_model), wpe=nn.Embedding(context_length, d_model),
+            h=nn.ModuleList(Block(d_model, num_heads, d_ff) for _ in range(num_layers)), ln_f=nn.LayerNorm(d_model)))
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * num_layers))
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def forward(self, idx):
+        pos = torch.arange(idx.shape[-1], device=idx.device)
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        for block in self.transformer.h:
+            x = block(x)
+        return self.lm_head(self.transformer.ln_f(x))
+
+
+def get_gpt2_lm(vocab_size, context_length, d_model, num_layers, num_heads, d_ff):
+    return GPT(vocab_size, context_length, d_model, num_layers, num_heads, d_ff)
+'''
+
+
+def test_nanogpts_init_under_its_own_names_is_judged_by_role(tmp_path):
+    """nanoGPT's own model, correctly initialised, under its own parameter names (ln_1, attn.c_proj):
+    the init test told it "ln_1.weight: must start at 0" and "attn.c_proj.weight: std 0.01, expected
+    N(0, 0.02)", both false. Judged by role (a norm's gain, a sublayer's output projection), it
+    passes; the names test alone says the names are not the contract's."""
+    run = run_suite("--adapters", _adapters(tmp_path, NANOGPT), "--function", "get_gpt2_lm")
+    init = [m for n, m in run.messages.items() if "initialisation" in n]
+    assert not init, init
+    assert [n for n in run.failed if "parameters_are_the_contract" in n], run.messages
+    wrong = NANOGPT.replace("std=0.02 / math.sqrt(2 * num_layers)", "std=0.02")  # the residual scale left out
+    run = run_suite("--adapters", _adapters(tmp_path, wrong), "--function", "get_gpt2_lm")
+    init = [m for n, m in run.messages.items() if "initialisation" in n]
+    assert init and all("attn.c_proj.weight" in m and "expected N(0, 0.01)" in m for m in init), init
+    assert not [m for m in init if "must start at" in m], init

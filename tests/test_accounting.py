@@ -45,8 +45,17 @@ def test_gqa_shrinks_the_kv_cache_by_the_group_size(adapters, kv):
     assert ratio == LLAMA_LIKE["num_heads"] / kv, (
         f"with {kv} kv heads of {LLAMA_LIKE['num_heads']}, the cache per token should shrink "
         f"{LLAMA_LIKE['num_heads'] // kv}x; yours shrinks {ratio:.3g}x")
-    assert gqa["flops.attention_scores"] == mha["flops.attention_scores"], \
-        "every query head still scores every key: GQA does not change flops.attention_scores"
+
+
+@adapter("run_transformer_accounting")
+@pytest.mark.parametrize("kv", [1, 8])
+def test_gqa_keeps_the_attention_score_flops(adapters, kv):
+    mha = adapters.run_transformer_accounting(**LLAMA_LIKE)
+    gqa = adapters.run_transformer_accounting(**LLAMA_LIKE, num_kv_heads=kv)
+    assert gqa["flops.attention_scores"] == mha["flops.attention_scores"], (
+        f"flops.attention_scores is {gqa['flops.attention_scores']:,} with {kv} kv heads and "
+        f"{mha['flops.attention_scores']:,} without: every query head still scores every key, so GQA does not "
+        "change flops.attention_scores")
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=adapter(n))

@@ -8,7 +8,9 @@ import math
 import pytest
 import torch
 
+from harness.checks import oracle_passes
 from harness.contract import gpt2_lm_weight_shapes
+from harness.probes import parameter_roles
 
 adapter = pytest.mark.adapter
 
@@ -29,7 +31,8 @@ def build(adapters, seed=0):
 # ---------------------------------------------------------------- grouped-query attention
 
 @adapter("run_grouped_query_attention")
-def test_gqa_with_every_kv_head_is_multihead_attention(adapters):
+def test_gqa_with_every_kv_head_is_multihead_attention(adapters, term):
+    oracle_passes(adapters, term, "run_multihead_self_attention", "run_grouped_query_attention")
     d, h = 24, 4
     w = [randn(d, d, seed=s) / d ** 0.5 for s in range(4)]
     x = randn(3, 5, d, seed=7)
@@ -41,8 +44,9 @@ def test_gqa_with_every_kv_head_is_multihead_attention(adapters):
 
 
 @adapter("run_grouped_query_attention")
-def test_gqa_shares_each_kv_head_within_its_group(adapters):
+def test_gqa_shares_each_kv_head_within_its_group(adapters, term):
     """Duplicating kv head j into every head of group j (as MHA weights) gives the same output."""
+    oracle_passes(adapters, term, "run_multihead_self_attention", "run_grouped_query_attention")
     d, h, kv = 24, 6, 2
     d_k, group = d // h, h // kv
     wq, wo = randn(d, d, seed=1) / d ** 0.5, randn(d, d, seed=2) / d ** 0.5
@@ -107,21 +111,49 @@ def test_gpt2_parameter_count_matches_accounting(adapters):
     assert yours == count, f"your run_gpt2_accounting says params.total={yours:,} but your model has {count:,}"
 
 
-@pytest.mark.reports_only  # the model lists its own parameters
+ROLES = {"table": "an embedding table", "matrix": "a matrix", "residual": "a sublayer's output projection",
+         "gain": "a LayerNorm gain", "shift": "a LayerNorm bias", "bias": "a bias"}
+
+
+def contract_role(name: str, contract: set[str], dim: int) -> str | None:
+    """A contract name's role, as the docstring gives it."""
+    if name not in contract:
+        return None
+    if dim == 1:
+        return "gain" if name.endswith(NORM_GAINS) else "bias"
+    return "residual" if name.endswith(RESIDUAL) else "table" if name.endswith("embeddings.weight") else "matrix"
+
+
+@pytest.mark.reports_only  # the model lists its own parameters, and the role probe runs in its process
 @adapter("get_gpt2_lm")
 def test_gpt2_initialisation_is_nanogpts(adapters):
+    """Each parameter is judged by its contract name, or where the names differ (nanoGPT's own ln_1,
+    attn.c_proj) by its role in the model; one whose role is unclear is not judged, and said so."""
     model = build(adapters)
-    problems = []
+    contract = set(gpt2_lm_weight_shapes(CONFIG["vocab_size"], CONFIG["context_length"], CONFIG["d_model"],
+                                         CONFIG["num_layers"], CONFIG["d_ff"]))
+    ids = torch.randint(0, CONFIG["vocab_size"], (1, 4), generator=torch.Generator().manual_seed(3))
+    roles = parameter_roles(model, ids)
+    problems, unjudged = [], []
     for name, p in model.named_parameters():
         w = p.detach().double()
-        if w.dim() == 1:
-            want = torch.ones_like(w) if name.endswith(NORM_GAINS) else torch.zeros_like(w)
-            if not torch.equal(w, want):
-                problems.append(f"{name}: must start at {'1' if want.sum() else '0'}")
+        role = contract_role(name, contract, w.dim()) or roles.get(name)
+        said = name if name in contract else f"{name} ({ROLES.get(role, role)}, by its role)"
+        if role is None or (w.dim() == 1) != (role in ("gain", "shift", "bias")):
+            unjudged.append(name)
             continue
-        sigma = 0.02 / math.sqrt(2 * CONFIG["num_layers"]) if name.endswith(RESIDUAL) else 0.02
+        if w.dim() == 1:
+            want = torch.ones_like(w) if role == "gain" else torch.zeros_like(w)
+            if not torch.equal(w, want):
+                problems.append(f"{said}: must start at {'1' if role == 'gain' else '0'}")
+            continue
+        sigma = 0.02 / math.sqrt(2 * CONFIG["num_layers"]) if role == "residual" else 0.02
         slack = 5 * sigma / math.sqrt(2 * w.numel())  # 5 standard errors of a sample std
         if abs(w.std().item() - sigma) > slack or abs(w.mean().item()) > 5 * sigma / math.sqrt(w.numel()):
-            problems.append(f"{name}: mean {w.mean().item():.3g}, std {w.std().item():.4g}, expected N(0, {sigma:.4g})")
+            problems.append(f"{said}: mean {w.mean().item():.3g}, std {w.std().item():.4g}, expected N(0, {sigma:.4g})")
+    if unjudged:
+        problems.append(f"not judged: {', '.join(unjudged[:4])}{' ...' if len(unjudged) > 4 else ''}: not the "
+                        "contract's names, and their role is unclear. Name the parameters as get_gpt2_lm's "
+                        "docstring in adapters.py lists them")
     assert not problems, ("nanoGPT's init: N(0, 0.02) for every matrix and table, attn.output_proj and mlp.c_proj "
                           "~ N(0, 0.02/sqrt(2*num_layers)), biases 0, LayerNorm weights 1:\n  " + "\n  ".join(problems[:6]))

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from harness.contract import lm_weight_shapes
-from harness.probes import tables_indexed
+from harness.probes import parameter_roles, tables_indexed
 
 adapter = pytest.mark.adapter
 
@@ -139,12 +139,12 @@ def test_logits_are_causal(adapters):
     assert torch.allclose(a[:, :5], b[:, :5], atol=1e-5), "logits at t changed when tokens after t changed"
 
 
-def _expected_std(name, shape, scheme, embedding):
+def _expected_std(residual, shape, scheme, embedding):
     L = CONFIG["num_layers"]
     if embedding:
         return 1.0 if scheme == "cs336" else 0.02
     if scheme == "gpt2":
-        return 0.02 / math.sqrt(2 * L) if name.endswith(RESIDUAL) else 0.02
+        return 0.02 / math.sqrt(2 * L) if residual else 0.02
     d_out, d_in = shape
     return math.sqrt(2.0 / (d_in + d_out))
 
@@ -158,19 +158,29 @@ TRUNCATED_STD = 0.9866
 @pytest.mark.parametrize("scheme", ["cs336", "gpt2"])
 def test_initialisation_statistics(adapters, scheme):
     model = build_initialised(adapters, scheme)
-    # Judge each matrix by its role, not its name: the embedding is the table the forward indexes.
+    # Judge each matrix by its role, not its name: the embedding is the table the forward indexes;
+    # where the names are not the contract's, a residual projection is the matrix a sublayer ends with.
     ids = torch.randint(0, CONFIG["vocab_size"], (1, 4), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         tables = tables_indexed(model, ids)
-    problems = []
+    roles = parameter_roles(model, ids)
+    contract = set(lm_weight_shapes(CONFIG["vocab_size"], CONFIG["d_model"], CONFIG["num_layers"], CONFIG["d_ff"]))
+    problems, unjudged = [], []
     for name, p in model.named_parameters():
         w = p.detach().double()
+        ours = name in contract
         if w.dim() == 1:
-            if not torch.equal(w, torch.ones_like(w)):
+            if not ours and roles.get(name) != "gain":
+                unjudged.append(name)
+            elif not torch.equal(w, torch.ones_like(w)):
                 problems.append(f"{name}: RMSNorm gains must start at 1")
             continue
+        if scheme == "gpt2" and not ours and name not in tables and roles.get(name) not in ("residual", "matrix"):
+            unjudged.append(name)
+            continue
         embedding = name in tables
-        sigma = _expected_std(name, tuple(w.shape), scheme, embedding)
+        residual = name.endswith(RESIDUAL) if ours else roles.get(name) == "residual"
+        sigma = _expected_std(residual, tuple(w.shape), scheme, embedding)
         target = sigma * (TRUNCATED_STD if scheme == "cs336" else 1.0)
         # The sample std of n values has standard error about sigma / sqrt(2n); allow 5 of them.
         slack = 5 * sigma / math.sqrt(2 * w.numel())
@@ -184,6 +194,10 @@ def test_initialisation_statistics(adapters, scheme):
         if scheme == "cs336" and w.abs().max().item() > 3 * sigma * (1 + 1e-6):
             problems.append(f"{name}: max |w| = {w.abs().max().item():.4g} > 3 sigma = {3 * sigma:.4g}; "
                             "pass a=-3*std, b=3*std to trunc_normal_ (its defaults are absolute +-2)")
+    if unjudged:
+        problems.append(f"not judged: {', '.join(unjudged[:4])}{' ...' if len(unjudged) > 4 else ''}: not the "
+                        "contract's names, and their role is unclear. Name the parameters as get_transformer_lm's "
+                        "docstring in adapters.py lists them")
     hint = {"cs336": "Linear ~ N(0, 2/(d_in+d_out)) truncated at +-3 sigma, embeddings ~ N(0, 1) truncated at +-3",
             "gpt2": "N(0, 0.02), and attn.output_proj / ffn.w2 ~ N(0, 0.02/sqrt(2*num_layers))"}[scheme]
     assert not problems, f"init_scheme={scheme!r} ({hint}):\n  " + "\n  ".join(problems[:6])

@@ -334,4 +334,6 @@ def _probe_value(kind: str, reply: dict):
         return reply.get("value"), found
     if kind == "tables":
         return [str(name) for name in reply.get("value")]
+    if kind == "roles":
+        return [(str(name), str(role)) for name, role in reply.get("value")]
     return reply.get("value")

@@ -220,6 +220,8 @@ class Worker:
         if kind == "tables":
             with torch.no_grad():
                 return {"value": sorted(probes.tables_indexed(fn, *args, **kwargs))}
+        if kind == "roles":
+            return {"value": sorted(probes.parameter_roles(fn, *args, **kwargs).items())}
         raise ValueError(f"unknown probe {kind!r}")
 
     # -- helpers
