@@ -38,7 +38,7 @@ def _system_packages() -> set[str]:
 def tree():
     root = Path(tempfile.mkdtemp(prefix="gradescope-", dir="/tmp"))
     os.chmod(root, 0o755)
-    upload = root / "autograder.zip"
+    upload = Path(tempfile.mkdtemp(prefix="gradescope-upload-")) / "autograder.zip"  # 0700: answers inside
     names = build_zip(PROJECT, upload, TERM)
     autograder = root / "autograder"
     source = autograder / "source"
@@ -59,6 +59,7 @@ def tree():
     yield {"root": root, "autograder": autograder, "env": env, "setup": setup, "names": names, "upload": upload,
            "system_before": before, "system_after": _system_packages()}
     shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(upload.parent, ignore_errors=True)
 
 
 def grade(tree, make) -> tuple[dict, str]:

@@ -303,11 +303,13 @@ def test_malformed_replies_fail_their_tests_without_the_graders_traceback(graded
 @requires_bwrap
 def test_hidden_failures_say_only_what_kind_of_failure(graded):
     """Nothing the submission controls (message, exception name, returned shape) is published."""
-    from harness.grading.grade import POINTS_NOTE
+    from harness.grading.grade import POINTS_NOTE, STATUS_NOTES
     for name in ATTACKS:
         for t in _results_json(graded, name)["tests"]:
             if t["name"].endswith(": points"):  # a function's points: one fixed sentence
                 assert t["output"] == POINTS_NOTE
+            elif t["name"] == "grading: status":  # a status a hidden case may cause: the grader's words
+                assert t["output"] + "\n" in STATUS_NOTES.values(), t["output"]
             elif t["visibility"] != "visible" and t["status"] == "failed":
                 assert re.fullmatch(r"Hidden test\. \w+, a hidden case: [a-z ,()]+\. Hidden cases show no "
                                     r"details: re-read the docstring's rules\.", t["output"]), t["output"]
@@ -477,7 +479,7 @@ def test_visible_results_do_not_depend_on_hidden_outcomes(graded):
     """What a student sees before publication is the same whether the hidden tests pass or
     fail: a submission that fails chosen twins on purpose signals nothing (it once carried 178
     bits a submission in the visible scores)."""
-    from harness.grading.grade import Graded, results_json
+    from harness.grading.grade import LATE_STATUSES, Graded, results_json
     honest = graded["results"]["reference"]
     flipped = Graded(honest.name, [replace(t, outcome="failed") if t.hidden else t for t in honest.tests])
     assert flipped.score < honest.score
@@ -487,6 +489,10 @@ def test_visible_results_do_not_depend_on_hidden_outcomes(graded):
         return data["output"], [t for t in data["tests"] if t["visibility"] == "visible"]
     assert visible(flipped) == visible(honest) and visible(honest)[1]
     assert results_json(honest, TERM)["visibility"] == "after_published"
+    # a hidden case that runs out of time, or whose worker cannot start (its uid's processes
+    # filled on purpose), once changed the top-level output (the red team's 1.6 bits a submission)
+    for status in LATE_STATUSES:
+        assert visible(replace(flipped, status=status)) == visible(honest), status
 
 
 def test_every_submission_has_results_and_junit(graded):
@@ -614,6 +620,32 @@ def test_two_graders_at_once_and_a_later_batch_finds_no_key(graded, tmp_path):
             scores = {r["submission"]: float(r["score"]) for r in csv.DictReader(f)}
         assert scores == {"keyring_read": 0, "reference": pytest.approx(FULL)}, said[-2000:]
         _assert_keyring_reader_found_nothing(out / "keyring_read")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a copy of its own needs root to give away")
+def test_a_submissions_copy_is_its_slots_uid_alone(tmp_path):
+    """Without bubblewrap a worker sees the host's /tmp: a neighbour's worker once read the
+    reference's copy there and a stub scored 85. With the uid drop each copy is its uid's, 0700."""
+    from harness.grading.grade import _copy_code
+    reference_as_student(tmp_path / "sub")
+    _copy_code(tmp_path / "sub", tmp_path / "copy", 61999)
+    for path in [tmp_path / "copy", *(tmp_path / "copy").rglob("*")]:
+        info = path.stat()
+        assert info.st_uid == 61999 and stat.S_IMODE(info.st_mode) & 0o077 == 0, path
+
+
+def test_the_uid_locks_are_the_graders_own(tmp_path, monkeypatch):
+    """A lock planted by someone else (a FIFO once hung the next grader; a folder others can
+    write) is refused with a message, never opened and waited on."""
+    from harness.grading import grade
+    monkeypatch.setattr(grade, "LOCKS", tmp_path / "locks")
+    grade._lock_file(0).close()
+    os.mkfifo(tmp_path / "locks" / "uids-1.lock")
+    with pytest.raises(grade.BadSetup, match="not a regular file"):
+        grade._lock_file(1)
+    os.chmod(tmp_path / "locks", 0o777)
+    with pytest.raises(grade.BadSetup, match="only it can write"):
+        grade._lock_file(0)
 
 
 def test_grades_csv_is_written_whatever_one_submission_does(tmp_path, monkeypatch):

@@ -41,9 +41,9 @@ from xml.sax.saxutils import escape, quoteattr
 
 from harness.contract import ADAPTERS
 from harness.grading import wire
-from harness.grading.report import POINTS_ENTRY, code_hash, text_cell, write_report
+from harness.grading.report import POINTS_ENTRY, STATUS_ENTRY, code_hash, text_cell, write_report
 from harness.scoring import Result, scores
-from harness.grading.sandbox import (BASE_UID, OOM_DRIVER, UID_BLOCK, UID_BLOCKS, WORKER_UIDS, Cgroup, Protections,
+from harness.grading.sandbox import (BASE_UID, OOM_DRIVER, UID_BLOCK, UID_BLOCKS, Cgroup, Protections,
                                      Sandbox, kill_group, kill_uid, kill_until_none, remove_orphan_sandboxes,
                                      remove_tree, set_oom_score, uid_processes)
 from harness.store import Term
@@ -51,7 +51,9 @@ from harness.store import Term
 MAX_ENTRIES = 2000          # files in one submission
 MAX_FILE = 16 << 20         # bytes in one file
 MAX_TOTAL = 64 << 20        # bytes in one submission, unpacked
-UIDS_LOCK = "/tmp/harness-grade-uids-{}.lock"  # held by the grader that uses that block of worker uids
+# Held by the grader that uses that block of worker uids; in a folder of root's own, so that no
+# worker (in an earlier batch without bubblewrap, say) can plant a FIFO or a link there.
+LOCKS = Path("/run/harness-grade") if os.access("/run", os.W_OK) else Path(tempfile.gettempdir()) / "harness-grade-locks"
 STATUS_NOTES = {
     "ok": "",
     "timeout": "The submission ran out of time; unfinished tests score 0.\n",
@@ -106,7 +108,8 @@ class Graded:
 
 class Grader:
     def __init__(self, project: Path, term: str, timeout: float, case_timeout: float, memory_mb: int,
-                 require_confinement: bool = False, protections: Protections | None = None):
+                 require_confinement: bool = False, protections: Protections | None = None,
+                 uid_block: int | None = None):
         self.project, self.term_name = project, term
         Term(project, term, hidden=True)  # verify hashes before grading anything
         self.protections = protections or Protections.detect()
@@ -115,7 +118,8 @@ class Grader:
         if require_confinement and not (self.protections.confined and
                                         (self.protections.uid_drop or os.geteuid() != 0)):
             raise BadSetup(f"--require-confinement: {self.protections.describe()}")
-        self._uids, self.first_slot = _claim_uid_block() if self.protections.uid_drop else (None, 0)
+        blocks = range(UID_BLOCKS) if uid_block is None else [uid_block]
+        self._uids, self.first_slot = _claim_uid_block(blocks) if self.protections.uid_drop else (None, 0)
         remove_orphan_sandboxes()  # left by drivers that were killed
         Cgroup.remove_orphans(self.protections.cgroup)
         folder = project / "fixtures" / term
@@ -123,7 +127,7 @@ class Grader:
                          for p in [*folder.rglob("*"), *(project / "tests").rglob("*.py"), project / "pyproject.toml"]
                          if p.is_file() and "__pycache__" not in p.parts}
         self.work = Path(tempfile.mkdtemp(prefix="grading-"))
-        os.chmod(self.work, 0o755)
+        os.chmod(self.work, 0o711)  # the workers reach their own copies; no one lists the others
         self._check = self._start_sandbox_check(memory_mb)  # last: nothing after it can fail and leave it running
 
     def close(self) -> None:
@@ -167,15 +171,16 @@ class Grader:
         sandbox.close()
         remove_tree(empty)
 
-    def prepare(self, submission: Path, name: str) -> tuple[Graded, Path | None]:
-        """Vet and copy one submission; the copy holds only adapters.py and student/."""
+    def prepare(self, submission: Path, name: str, uid: int | None = None) -> tuple[Graded, Path | None]:
+        """Vet and copy one submission; the copy holds only adapters.py and student/, and with
+        the uid drop it is that slot's uid's alone (a neighbour's worker cannot read it)."""
         graded = Graded(name)
         unpacked = self.work / f"unpacked-{graded.name}"
         copy = self.work / f"submission-{graded.name}"
         try:
             root = _unpack(submission, unpacked)
             graded.tampered = self._tampered(root)
-            _copy_code(root, copy)
+            _copy_code(root, copy, uid)
             graded.code_hash = code_hash(copy)
         except BadSubmission as e:
             graded.status = "no-adapters" if "no adapters.py" in str(e) else "bad-submission"
@@ -275,12 +280,25 @@ class Driver:
                 self.kill(grader)
 
 
-def _claim_uid_block():
+def _lock_file(block: int):
+    """The lock of a block of worker uids: a regular file of this uid's, in a folder of its own."""
+    LOCKS.mkdir(mode=0o700, exist_ok=True)
+    info = LOCKS.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) & 0o022:
+        raise BadSetup(f"{LOCKS} is not a folder of this user's that only it can write: remove it")
+    fd = os.open(LOCKS / f"uids-{block}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise BadSetup(f"{LOCKS / f'uids-{block}.lock'} is not a regular file: remove it")
+    return os.fdopen(fd, "r+")
+
+
+def _claim_uid_block(blocks=range(UID_BLOCKS)):
     """A block of worker uids (BASE_UID + slot) for this grader alone, held (an flock) until the
     returned file is closed: each sandbox's teardown kills every process of its uid, so two
     graders must never share one. Returns (the lock, the block's first slot)."""
-    for block in range(UID_BLOCKS):
-        lock = open(UIDS_LOCK.format(block), "a")
+    for block in blocks:
+        lock = _lock_file(block)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -291,19 +309,19 @@ def _claim_uid_block():
                    "wait for one to finish")
 
 
-def kill_leftover_workers() -> bool:
+def kill_leftover_workers(blocks=range(UID_BLOCKS)) -> bool:
     """Kill every process of a worker uid whose block no grader holds (graders beside this one
     keep theirs): after grading, nothing a submission started may live on. False if one did."""
-    if os.geteuid() != 0 or not uid_processes(WORKER_UIDS):  # no uid drop without root
-        return True
+    by_block = {b: range(BASE_UID + b * UID_BLOCK, BASE_UID + (b + 1) * UID_BLOCK) for b in blocks}
+    if os.geteuid() != 0 or not uid_processes({uid for uids in by_block.values() for uid in uids}):
+        return True  # (no uid drop without root)
     killed = True
-    for block in range(UID_BLOCKS):
-        with open(UIDS_LOCK.format(block), "a") as lock:
+    for block, uids in by_block.items():
+        with _lock_file(block) as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue
-            uids = range(BASE_UID + block * UID_BLOCK, BASE_UID + (block + 1) * UID_BLOCK)
             killed &= kill_until_none(lambda: uid_processes(uids), 30)
     return killed
 
@@ -379,7 +397,7 @@ def _extract(archive: Path, into: Path) -> None:
                 total += info.file_size
             if total > MAX_TOTAL:
                 raise BadSubmission(f"the archive unpacks to {total:,} bytes (at most {MAX_TOTAL:,})")
-            into.mkdir(parents=True)
+            into.mkdir(parents=True, mode=0o700)  # the grader's alone: no worker needs it
             for info in infos:
                 target = into / info.filename
                 if info.is_dir():
@@ -408,8 +426,9 @@ def _check_directory_size(archive: Path) -> None:
                             f"{end[zipfile._ECD_SIZE]:,}-byte directory (at most {MAX_ENTRIES:,} entries)")
 
 
-def _copy_code(root: Path, copy: Path) -> None:
-    """adapters.py and student/, regular files only, readable by the worker's uid."""
+def _copy_code(root: Path, copy: Path, uid: int | None = None) -> None:
+    """adapters.py and student/, regular files only, readable by the worker's uid: its own (0700)
+    where it has one, else by everyone."""
     copy.mkdir(parents=True)
     files = [root / "adapters.py"]
     if (root / "student").is_dir() and not (root / "student").is_symlink():
@@ -426,9 +445,12 @@ def _copy_code(root: Path, copy: Path) -> None:
         target = copy / path.relative_to(root)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
-        os.chmod(target, 0o644)
-    for folder in [copy, *[p for p in copy.rglob("*") if p.is_dir()]]:
-        os.chmod(folder, 0o755)
+        os.chmod(target, 0o644 if uid is None else 0o600)
+    for path in [copy, *copy.rglob("*")]:
+        if path.is_dir():
+            os.chmod(path, 0o755 if uid is None else 0o700)
+        if uid is not None:
+            os.chown(path, uid, uid)
 
 
 # ---------------------------------------------------------------- outputs
@@ -458,6 +480,10 @@ def results_json(graded: Graded, term: str) -> dict:
     if graded.status == "import-error":
         status_note += graded.import_error + "\n"
     tests, points = [], {}
+    if graded.status in LATE_STATUSES:  # may come from the hidden phase: published with the grades
+        tests.append({"name": STATUS_ENTRY, "status": "failed", "output": status_note.strip(),
+                      "visibility": "after_published"})
+        status_note = ""
     for t in graded.tests:
         fn = t.adapter or "other"
         earned, most = points.get(fn, (0.0, 0.0))
@@ -486,6 +512,9 @@ def results_json(graded: Graded, term: str) -> dict:
     }
 
 
+# Statuses that a hidden case can cause (it ran out of time, or its worker could not start): said
+# only with the grades, so that the submission cannot signal a hidden outcome through them.
+LATE_STATUSES = ("timeout", "grader-error")
 POINTS_NOTE = ("Points are earned on values you have not seen: each public case's share goes to its hidden "
                "twin (the same check on fresh values), and a must-raise or property test earns once an output "
                "case passes on fresh values. A report-only check carries none.")
@@ -518,9 +547,11 @@ def junit_xml(graded: Graded) -> str:
 def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs: int = 1,
               timeout: float = 600.0, case_timeout: float = 30.0, memory_mb: int = 4096,
               progress=None, require_confinement: bool = False, announce=None,
-              protections: Protections | None = None, shard: tuple[int, int] | None = None) -> list[Graded]:
+              protections: Protections | None = None, shard: tuple[int, int] | None = None,
+              uid_block: int | None = None) -> list[Graded]:
     """Grade `submissions` (with `shard` (K, N): only the K-th of N slices of them) into `out`, and
-    rebuild its grades.csv and class report from every result folder there. Returns this run's
+    rebuild its grades.csv and class report from every result folder there. `uid_block`: the
+    block of worker uids to use (default: the first free one of UID_BLOCKS). Returns this run's
     results, in the order given."""
     names = submission_names(submissions)  # over the whole list, so that every shard names alike
     if len(set(names)) != len(names):  # the same file given twice
@@ -529,7 +560,7 @@ def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs
         mine = shard_of(names, *shard)
         submissions, names = [s for s, n in zip(submissions, names) if n in mine], [n for n in names if n in mine]
     with _bounded_grader():
-        grader = Grader(project, term, timeout, case_timeout, memory_mb, require_confinement, protections)
+        grader = Grader(project, term, timeout, case_timeout, memory_mb, require_confinement, protections, uid_block)
         try:
             return _grade_with(grader, submissions, names, out, jobs, progress, announce)
         finally:
@@ -648,7 +679,8 @@ def _grade_one(grader: Grader, driver: Driver, submission: Path, name: str) -> G
     """One submission's result: whatever goes wrong becomes its status, never the batch's."""
     result, copy = Graded(name), None
     try:
-        result, copy = grader.prepare(submission, name)
+        uid = BASE_UID + driver.slot if grader.protections.uid_drop else None
+        result, copy = grader.prepare(submission, name, uid)
         if copy is not None:
             grader.record(result, driver.grade(grader, copy))
     except TimeoutError as e:

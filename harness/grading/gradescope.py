@@ -11,12 +11,14 @@ the system `python3` that Gradescope's own harness runs on. Then for each submis
 - grades only where the submission's code can run apart from them: in bubblewrap, or else (a
   container whose namespaces are forbidden) under an unprivileged uid with the per-submission
   limits; where neither can be had the code is not run, and results.json says so, with 0;
-- kills every process of the worker uids before it writes results.json, which it writes
+- runs the worker under a block of uids drawn at random (containers on one kernel share uids);
+- kills every process of those uids before it writes results.json, which it writes
   atomically into the root-only results/: nothing the submission started can touch it after.
 """
 
 import json
 import os
+import random
 import re
 import shutil
 import stat
@@ -27,7 +29,7 @@ import traceback
 import zipfile
 from pathlib import Path
 
-from harness.grading.sandbox import Protections
+from harness.grading.sandbox import BASE_UID, UID_BLOCK, UID_BLOCKS, Protections
 from harness.store import HIDDEN, Term, pinned_term
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "gradescope"  # setup.sh, run_autograder
@@ -35,6 +37,7 @@ TEMPLATES = Path(__file__).resolve().parent.parent.parent / "gradescope"  # setu
 # hidden cases) stay out of the zip.
 NOT_SHIPPED = ("build.py", "case_rules.py", "catalogue.py", "coverage.py", "release.py", "suite.py")
 TIMEOUT, CASE_TIMEOUT = 540, 30  # Gradescope stops everything at 10 minutes: stop a little earlier
+RANDOM_BLOCKS = ((1 << 31) - BASE_UID) // UID_BLOCK  # worker uids stay below 2^31
 REFUSED = ("The autograder could not run your code apart from its answers on this machine, so it did not "
            "run it. Your score is 0 for now; the course staff can see why. Please tell them.")
 
@@ -116,6 +119,9 @@ def run(autograder: Path, protections: Protections | None = None) -> dict:
     from harness.grading.grade import grade_all, kill_leftover_workers, results_json
     source, results = autograder / "source", autograder / "results"
     data: dict | None = None
+    # Containers on one kernel share its uids (and each uid's process limit): a fixed worker uid
+    # would let a submission in another container starve this one's worker. A block at random.
+    block = random.SystemRandom().randrange(UID_BLOCKS, RANDOM_BLOCKS)
     try:
         if os.geteuid() == 0:
             close_to_others(source)
@@ -131,7 +137,7 @@ def run(autograder: Path, protections: Protections | None = None) -> dict:
             term = pinned_term(source)
             try:
                 [graded] = grade_all(source, [autograder / "submission"], term, out, jobs=1, timeout=TIMEOUT,
-                                     case_timeout=CASE_TIMEOUT, protections=protections)
+                                     case_timeout=CASE_TIMEOUT, protections=protections, uid_block=block)
                 data = results_json(graded, term)
                 print(f"harness gradescope: {graded.status}, {graded.score:.2f}\n{graded.output[-4000:]}")
             finally:
@@ -140,7 +146,7 @@ def run(autograder: Path, protections: Protections | None = None) -> dict:
         traceback.print_exc(file=sys.stdout)
         data = refused("the grader failed (traceback above)")
     finally:
-        if not kill_leftover_workers():
+        if not kill_leftover_workers([block]):
             data = refused("a process of the submission could not be killed")
         data = data or refused("the grader stopped before it graded")
         write_results(results, data)

@@ -91,6 +91,7 @@ def from_text_cell(cell: str) -> str:
 # ---------------------------------------------------------------- what the grader wrote
 
 POINTS_ENTRY = "points"  # results.json's "FUNCTION: points" entry (harness/grading/grade.py)
+STATUS_ENTRY = "grading: status"  # ... and its entry for a status published with the grades
 
 @dataclass
 class Result:
@@ -129,6 +130,8 @@ def load(graded: Path) -> tuple[list[Submission], float]:
                 sub.code_hash = (folder / "code.sha256").read_text().strip()
             if (folder / "results.json").is_file():
                 for t in json.loads((folder / "results.json").read_text()).get("tests", []):
+                    if t["name"] == STATUS_ENTRY:  # grades.csv has the status
+                        continue
                     function, _, test = t["name"].partition(": ")
                     if test == POINTS_ENTRY:  # a function's points on the term graded: not a test
                         if "max_score" in t:

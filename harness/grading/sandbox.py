@@ -42,7 +42,6 @@ WORKER_MODULES = ("__init__.py", "paths.py", "probes.py", "grading/__init__.py",
 BASE_UID = 61000  # one uid per parallel grading slot, so slots cannot signal or starve each other
 UID_BLOCK = 16    # slots (uids) per grader: `harness grade` claims a free block, so graders run side by side
 UID_BLOCKS = 64
-WORKER_UIDS = range(BASE_UID, BASE_UID + UID_BLOCK * UID_BLOCKS)  # every grader's, all blocks
 NPROC = 256       # processes and threads per uid
 PIDS = 512        # processes and threads per submission (cgroup)
 FILE_LIMIT = 64 << 20
@@ -60,6 +59,7 @@ HOST_COUNTERS = ("stat", "loadavg", "meminfo", "vmstat", "interrupts", "softirqs
 # Open files per process: with PIDS processes, at most PIDS x NOFILE of the kernel's file table
 # (fs.file-max, shared by the machine), so one submission cannot starve every other of files.
 NOFILE = 256
+FORK_SECONDS = 60  # for the zygote to hand over a worker (its first fork imports what a gradient needs)
 
 
 @dataclass
@@ -127,12 +127,13 @@ class Sandbox:
         (self.lib / "grading").mkdir(parents=True)
         for name in WORKER_MODULES:  # copyfile: readable by the worker even where the source is root-only
             shutil.copyfile(HARNESS / name, self.lib / name)
-        for folder in (self.root, self.lib.parent, self.lib, self.lib / "grading"):
+        os.chmod(self.root, 0o711)  # traversable to the worker's modules; its other files are not listed
+        for folder in (self.lib.parent, self.lib, self.lib / "grading"):
             os.chmod(folder, 0o755)
         self.uid = BASE_UID + slot if protections.uid_drop else None
         self.scratch: Path | None = None  # a host folder only without bubblewrap (otherwise a tmpfs)
         self.output = self.root / "output.txt"
-        self.output.touch()
+        self.output.touch(mode=0o600)  # what this submission printed: no other slot's to read
         self.empty = self.root / "empty"  # bound over the host-wide counters in /proc
         self.empty.touch(mode=0o444)
         self.kept = 0  # visible-phase output bytes written to self.output
@@ -195,8 +196,10 @@ class Sandbox:
         if self.process is None or self.process.poll() is not None:
             self.start()
         try:
+            self.control.settimeout(FORK_SECONDS)  # a zygote that never answers costs one worker, not the batch
             wire.send(self.control, {"op": "fork", "warm_up": warm_up})
             _, fds, _, _ = socket.recv_fds(self.control, 1, 1)
+            self.control.settimeout(None)
         except OSError as e:
             self.pump()
             raise ConnectionError(f"the sandbox did not start: {e}; its output says: "
@@ -549,20 +552,28 @@ def remove_tree(root: Path) -> bool:
 
 _SYSCALLS = {  # audit arch, and the syscall numbers the filter needs
     "x86_64": (0xC000003E, {"add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272,
-                            "sysinfo": 99, "clone": 56, "clone3": 435}),
+                            "sysinfo": 99, "clone": 56, "clone3": 435, "socket": 41, "preadv2": 327,
+                            "pwritev2": 328, "io_uring_setup": 425, "cachestat": 451}),
     "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219, "unshare": 97,
-                             "sysinfo": 179, "clone": 220, "clone3": 435}),
+                             "sysinfo": 179, "clone": 220, "clone3": 435, "socket": 198, "preadv2": 286,
+                             "pwritev2": 287, "io_uring_setup": 425, "cachestat": 451}),
 }
-DENIED = ("add_key", "request_key", "keyctl", "unshare", "sysinfo")
+DENIED = ("add_key", "request_key", "keyctl", "unshare", "sysinfo")  # EPERM
+# ENOSYS, as a kernel without them says: clone3 (the C library falls back to clone, whose flags a
+# filter can read); preadv2/pwritev2 (RWF_NOWAIT tells whether a page is cached: a store that
+# outlives the submission; the C library falls back to preadv without flags); io_uring (its
+# operations pass no filter); cachestat (the page cache again).
+UNSUPPORTED = ("clone3", "preadv2", "pwritev2", "io_uring_setup", "cachestat")
+NO_SOCKETS = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET: no network, even without a network namespace
 
 
 def seccomp_filter() -> bytes:
     """A classic BPF program (bwrap's --seccomp, or loaded by `_limits` without bubblewrap): the
     kernel keyring (the one store that outlives every process and is shared by a uid), sysinfo
-    (its process count and free memory are the whole machine's: a channel between neighbours) and
-    new user namespaces (unshare, clone with CLONE_NEWUSER) fail with EPERM; clone3, whose flags a
-    filter cannot read, fails with ENOSYS (the C library then uses clone); a foreign ABI (i386,
-    x32) gets EPERM for everything."""
+    (its process count and free memory are the whole machine's: a channel between neighbours),
+    internet and packet sockets (no network, with or without a network namespace) and new user
+    namespaces (unshare, clone with CLONE_NEWUSER) fail with EPERM; UNSUPPORTED fails with
+    ENOSYS; a foreign ABI (i386, x32) gets EPERM for everything."""
     arch, nr = _SYSCALLS[platform.machine()]
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
     load, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
@@ -570,8 +581,12 @@ def seccomp_filter() -> bytes:
                (load, 0, 0, 0), (jge, 0, 1, 0x40000000), (ret, 0, 0, eperm)]
     for name in DENIED:
         program += [(jeq, 0, 1, nr[name]), (ret, 0, 0, eperm)]
-    program += [(jeq, 0, 1, nr["clone3"]), (ret, 0, 0, enosys),
-                (jeq, 1, 0, nr["clone"]), (ret, 0, 0, allow),
+    for name in UNSUPPORTED:
+        program += [(jeq, 0, 1, nr[name]), (ret, 0, 0, enosys)]
+    program += [(jeq, 0, 1 + len(NO_SOCKETS) + 2, nr["socket"]), (load, 0, 0, 16)]  # its domain
+    program += [(jeq, len(NO_SOCKETS) - 1 - i, 0, family) for i, family in enumerate(NO_SOCKETS[:-1])]
+    program += [(jeq, 0, 1, NO_SOCKETS[-1]), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
+    program += [(jeq, 1, 0, nr["clone"]), (ret, 0, 0, allow),
                 (load, 0, 0, 16), (jset, 0, 1, 0x10000000), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
     return b"".join(struct.pack("=HBBI", *op) for op in program)
 
@@ -584,7 +599,8 @@ def _seccomp_works(bwrap: str | None) -> bool:
     nr = _SYSCALLS[platform.machine()][1]
     check = ("import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); "
              f"sys.exit(0 if libc.syscall({nr['keyctl']}, 0, -3, 0) == -1 and ctypes.get_errno() == 1 "
-             f"and libc.syscall({nr['sysinfo']}, ctypes.create_string_buffer(256)) == -1 else 1)")
+             f"and libc.syscall({nr['sysinfo']}, ctypes.create_string_buffer(256)) == -1 "
+             "and libc.socket(2, 1, 0) == -1 and libc.socket(1, 1, 0) >= 0 else 1)")
     if bwrap is None:
         loader = SeccompLoader()
         return subprocess.run([sys.executable, "-I", "-c", check], capture_output=True,

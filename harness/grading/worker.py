@@ -50,7 +50,13 @@ def zygote(control_fd: int, namespace: bool) -> None:
                 _warm_up()
                 warm = True
             ours, theirs = socket.socketpair()
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError:  # the uid's processes fill its limit: no worker now, and the zygote lives on
+                ours.close()
+                theirs.close()
+                socket.send_fds(control, [b"n"], [])
+                continue
             if pid == 0:
                 control.close()
                 ours.close()
