@@ -6,6 +6,7 @@ The tree sits in a folder other uids can traverse (the worker's uid runs the ven
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,11 +19,12 @@ import pytest
 
 from conftest import PROJECT, TERM, reference_as_student
 from harness.grading.gradescope import REFUSED, build_zip, run
-from harness.grading.sandbox import Protections
+from harness.grading.sandbox import BASE_UID, UID_BLOCK, UID_BLOCKS, Protections
 from submissions import FULL, copy_stubs, with_attack
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").exists(),
                                 reason="Gradescope runs the autograder as root, with a system Python")
+WORKER_UIDS = range(BASE_UID, BASE_UID + UID_BLOCK * UID_BLOCKS)  # what graders elsewhere use
 FAILING_BWRAP = "#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n"
 
 
@@ -120,7 +122,8 @@ def test_the_stubs_score_zero(tree):
 def test_the_submissions_code_reads_nothing_of_the_grader(tree):
     results, said = grade(tree, _attack("gradescope_probe.py", tree))
     probe = next((t["output"] for t in results["tests"] if "PROBE" in t["output"]), said[-3000:])
-    assert "PROBE uid=61" in probe, probe  # an unprivileged uid, never root
+    uid = int(re.search(r"PROBE uid=(\d+)", probe).group(1))
+    assert uid >= BASE_UID and uid not in WORKER_UIDS, probe  # unprivileged, never root, a block at random
     for what in ("source", "hidden", "listing", "results", "write"):
         assert f"{what}:denied" in probe, probe
     assert "LEAKED" not in probe and "installed:" not in probe, probe

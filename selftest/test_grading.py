@@ -654,10 +654,10 @@ def test_grades_csv_is_written_whatever_one_submission_does(tmp_path, monkeypatc
     from harness.grading import grade
     prepare = grade.Grader.prepare
 
-    def breaks(self, submission, name):
+    def breaks(self, submission, name, *uid):
         if submission.name == "breaks":
             raise OSError(28, "No space left on device")
-        return prepare(self, submission, name)
+        return prepare(self, submission, name, *uid)
 
     monkeypatch.setattr(grade.Grader, "prepare", breaks)
     copy_stubs(tmp_path / "breaks")
