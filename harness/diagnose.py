@@ -180,7 +180,10 @@ def crash(error: BaseException, case, inputs: dict) -> str | None:
     if match := _MATMUL.search(message):
         return (f"a matrix product whose inner sizes differ ({match.group(1) or match.group(2)}): a weight used "
                 "without its transpose? W is stored [d_out, d_in], so y = x @ W.T (or einsum('...i,oi->...o'))")
-    if re.search(r"[Mm]issing key\(?s?\)?.*'layers\.\d|missing \['layers\.\d", message, re.S):
+    if match := re.search(r"[Mm]issing key\(?s?\)?.*?'layers\.(\d+)|missing \['layers\.(\d+)", message, re.S):
+        if int(match.group(1) or match.group(2)) > 0:  # layers.0 is there, later blocks are not
+            return ("blocks from layers.1 on are missing from the parameters: several entries of `layers` are "
+                    "one module object (`[block] * num_layers`), listed once. Build a new block for each layer")
         return ("the blocks are not registered: a plain Python list hides them from parameters(), state_dict(), "
                 ".to() and optimizers. Hold them in an nn.ModuleList")
     if ("NoneType" in message or isinstance(error, AssertionError)) and case is not None:

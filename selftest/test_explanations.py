@@ -498,3 +498,30 @@ def test_nanogpts_init_under_its_own_names_is_judged_by_role(tmp_path):
     init = [m for n, m in run.messages.items() if "initialisation" in n]
     assert init and all("attn.c_proj.weight" in m and "expected N(0, 0.01)" in m for m in init), init
     assert not [m for m in init if "must start at" in m], init
+
+
+@pytest.mark.parametrize("layers, said", [
+    ("_nn.ModuleList([self.layers[0]] * len(self.layers))", "are one module object (`[block] * num_layers`?)"),
+    ("list(self.layers)", "is a plain Python list of modules: they are not registered"),
+])
+def test_blocks_missing_from_the_parameters_are_told_why(tmp_path, layers, said):
+    """A shared block (`[block] * L`) is listed once; a plain list is not listed at all. The
+    first was told it was the second (blind trial: it held an nn.ModuleList already)."""
+    import reference.model as model
+    original = model.TransformerLM
+    target = _adapters(tmp_path, "import torch.nn as _nn\nimport reference.model as _model\n\n\n"
+                                 "class _Lm(_model.TransformerLM):\n"
+                                 "    def __init__(self, *args, **kwargs):\n"
+                                 "        super().__init__(*args, **kwargs)\n"
+                                 f"        layers = {layers}\n"
+                                 "        del self.layers\n"
+                                 "        self.layers = layers\n\n\n"
+                                 "_model.TransformerLM = _Lm\n")
+    try:
+        run = run_suite("--adapters", target, "--function", "get_transformer_lm")
+    finally:
+        model.TransformerLM = original
+    messages = [m for m in run.messages.values() if m]
+    assert any(said in m for m in messages), messages[:2]
+    wrong = "one module object" if "plain" in said else "plain Python list"
+    assert not any(wrong in m for m in messages), messages[:2]

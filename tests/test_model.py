@@ -27,11 +27,21 @@ def formula_params(vocab_size, d_model, num_layers, d_ff, **_):
 
 
 def unregistered(model) -> str:
-    """A sentence naming attributes that hold modules in a plain list, or ''."""
+    """A sentence naming attributes that hold modules in a plain list, or one module object that
+    holds several places (`[block] * num_layers`: its parameters are listed once), or ''."""
     lists = [name for m in model.modules() for name, value in vars(m).items()
              if isinstance(value, (list, tuple)) and any(isinstance(v, torch.nn.Module) for v in value)]
-    return (f" `{lists[0]}` is a plain Python list of modules: they are not registered, so parameters(), "
-            "state_dict(), .to() and optimizers miss them. Use nn.ModuleList." if lists else "")
+    if lists:
+        return (f" `{lists[0]}` is a plain Python list of modules: they are not registered, so parameters(), "
+                "state_dict(), .to() and optimizers miss them. Use nn.ModuleList.")
+    places: dict[int, list[str]] = {}
+    for name, m in model.named_modules(remove_duplicate=False):
+        if name and next(m.parameters(), None) is not None:
+            places.setdefault(id(m), []).append(name)
+    shared = sorted((names for names in places.values() if len(names) > 1), key=lambda names: len(names[0]))
+    return (f" {', '.join(f'`{n}`' for n in shared[0][:3])} are one module object (`[block] * num_layers`?): "
+            "parameters() lists it once and every layer computes with the same weights. Build a new one for "
+            "each place." if shared else "")
 
 
 @pytest.mark.reports_only  # the model lists its own state
@@ -52,7 +62,8 @@ def test_parameter_count_matches_accounting(adapters):
     count = sum(p.numel() for p in model.parameters())
     expected = formula_params(**CONFIG)
     assert count == expected, (f"the model has {count:,} parameters; 2Vd + L(4d^2 + 3d*d_ff + 2d) + d = "
-                               f"{expected:,} (difference {count - expected:+,}). RoPE contributes 0.")
+                               f"{expected:,} (difference {count - expected:+,}). RoPE contributes 0."
+                               + unregistered(model))
     yours = adapters.run_transformer_accounting(**CONFIG)["params.total"]
     assert yours == count, f"your accounting says params.total={yours:,} but your model has {count:,}"
 
@@ -90,7 +101,7 @@ def _forward_matches(adapters, term, builder, function, case):
     assert logits.shape == expected.shape, f"forward returned {list(logits.shape)}, expected {list(expected.shape)}"
     assert torch.allclose(logits, expected, atol=case.atol, rtol=case.rtol), (
         f"forward(in_indices) with the fixture weights loaded differs from {function}'s expected logits "
-        f"(case {case.name!r})")
+        f"(case {case.name!r})." + unregistered(model))
 
 
 def build_initialised(adapters, init_scheme="cs336"):
