@@ -208,32 +208,31 @@ def test_a_nan_from_an_inverted_mask_is_traced_to_the_mask(submission):
         assert "inverted" in cause and "where `mask` is True" in cause and where in cause, message
 
 
-def test_a_nan_from_a_softmax_over_the_queries_names_the_axis(submission):
-    """The mask is right; the softmax runs over the queries (by transposes), so a key that no query
-    may see is an all -inf slice. The mask is not blamed."""
-    target, lines = submission("attention.py", "    return softmax(scores, dim=-1) @ V",
-                               "    return softmax(scores.transpose(-1, -2), dim=-1).transpose(-1, -2) @ V")
-    run = run_suite("--adapters", target, "--function", "run_scaled_dot_product_attention")
-    nan = [m for m in _reports(run, "run_scaled_dot_product_attention") if "Non-finite:" in m]
+NAN_CAUSES = {  # name: (edit of student/attention.py, function, said in the cause, never said, line marked, where)
+    # The mask is right; the softmax runs over the queries (by transposes), so a key that no query
+    # may see is an all -inf slice. The mask is not blamed.
+    "softmax over the queries": (("    return softmax(scores, dim=-1) @ V",
+                                  "    return softmax(scores.transpose(-1, -2), dim=-1).transpose(-1, -2) @ V"),
+                                 "run_scaled_dot_product_attention", "query axis", "inverted",
+                                 "softmax(scores.transpose", "message"),
+    # MHA builds triu(1) (True = the keys to hide) and passes it where True means may attend: the
+    # last query sees no key. The report says the causal mask is inverted and where it was made.
+    "inverted causal mask": (("dtype=torch.bool, device=x.device).tril()", "dtype=torch.bool, device=x.device).triu(1)"),
+                             "run_multihead_self_attention", "causal mask is inverted", None, ".triu(1)", "cause"),
+}
+
+
+@pytest.mark.parametrize("name", NAN_CAUSES)
+def test_a_nan_is_traced_to_the_code_that_made_it(submission, name):
+    (old, new), function, said, never, marked, where = NAN_CAUSES[name]
+    target, lines = submission("attention.py", old, new)
+    run = run_suite("--adapters", target, "--function", function)
+    nan = [m for m in _reports(run, function) if "Non-finite:" in m]
     assert nan, run.messages
     for message in nan:
         cause = _said(message, "Likely cause:")
-        assert "query axis" in cause and "inverted" not in cause, message
-        assert f"student/attention.py:{_line(lines, 'softmax(scores.transpose')}" in message, message
-
-
-def test_a_nan_from_an_inverted_causal_mask_is_traced_to_the_mask_that_was_built(submission):
-    """MHA builds triu(1) (True = the keys to hide) and passes it where True means may attend: the
-    last query sees no key. The report says the causal mask is inverted and where it was made."""
-    target, lines = submission("attention.py", "dtype=torch.bool, device=x.device).tril()",
-                               "dtype=torch.bool, device=x.device).triu(1)")
-    run = run_suite("--adapters", target, "--function", "run_multihead_self_attention")
-    nan = [m for m in _reports(run, "run_multihead_self_attention") if "Non-finite:" in m]
-    assert nan, run.messages
-    for message in nan:
-        cause = _said(message, "Likely cause:")
-        assert "causal mask is inverted" in cause, message
-        assert f"student/attention.py:{_line(lines, '.triu(1)')}" in cause, message
+        assert said in cause and (never is None or never not in cause), message
+        assert f"student/attention.py:{_line(lines, marked)}" in (message if where == "message" else cause), message
 
 
 def test_a_missing_return_names_the_students_function_and_line(submission):
