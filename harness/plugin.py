@@ -529,6 +529,9 @@ def pytest_terminal_summary(terminalreporter, config):
 
 
 NOT_IMPLEMENTED = re.compile(r"^(\S+) is not implemented yet \(([^:]+:\d+)")
+# Lines of a folded check's report that say more than numbers: kept under the case's first report
+# (blind trial: "no gradient reaches `ln2.weight`" was folded away under an output check's numbers).
+TELLING = ("no gradient reaches", "Likely cause:", "Non-finite:")
 CASE_CHECK = re.compile(r"^(.*\[.+):(\w+)\]$")
 
 
@@ -546,8 +549,10 @@ def _condense(reports: list) -> tuple[list, list]:
         match = CASE_CHECK.match(report.nodeid)
         if match and match[1] in by_case:
             first = by_case[match[1]]
+            said = [line for line in str(report.longrepr).splitlines()
+                    if line.startswith(TELLING) and line not in str(first.longrepr)]
             first.longrepr = f"{first.longrepr}\n(the {match[2]} check of this case fails too: " \
-                             f"{report.nodeid.rsplit('[', 1)[-1].rstrip(']')})"
+                             f"{report.nodeid.rsplit('[', 1)[-1].rstrip(']')})" + "".join(f"\n{line}" for line in said)
             continue
         if match:
             report = copy.copy(report)

@@ -524,3 +524,22 @@ def test_blocks_missing_from_the_parameters_are_told_why(tmp_path, layers, said)
     assert any(said in m for m in messages), messages[:2]
     wrong = "one module object" if "plain" in said else "plain Python list"
     assert not any(wrong in m for m in messages), messages[:2]
+
+
+def test_a_folded_check_keeps_the_line_that_explains_it(tmp_path):
+    """The console folds a case's gradient failure under its output failure; the gradient's own
+    explanation stays (blind trial: ln1 used twice showed numbers only, while the folded gradient
+    check said which weight no gradient reaches)."""
+    import subprocess
+    import sys
+    from conftest import PROJECT
+    target = _adapters(tmp_path, "import reference.model as _model\n\n\n"
+                                 "def _forward(self, x):\n"
+                                 "    z = x + self.attn(self.ln1(x))\n"
+                                 "    return z + self.ffn(self.ln1(z))\n\n\n"
+                                 "_model.TransformerBlock.forward = _forward\n")
+    shown = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--adapters", target,
+                            "--function", "run_transformer_block", "-q"], cwd=PROJECT, capture_output=True,
+                           text=True, timeout=300).stdout
+    assert "check of this case fails too" in shown, shown[-3000:]
+    assert "no gradient reaches" in shown and "ln2.weight" in shown, shown[-3000:]
