@@ -543,3 +543,20 @@ def test_a_folded_check_keeps_the_line_that_explains_it(tmp_path):
                            text=True, timeout=300).stdout
     assert "check of this case fails too" in shown, shown[-3000:]
     assert "no gradient reaches" in shown and "ln2.weight" in shown, shown[-3000:]
+
+
+def test_flops_off_in_one_part_are_told_by_part_not_as_macs(tmp_path):
+    """Attention's score and value FLOPs halved "for the causal mask": the closed form names the two
+    parts at 0.5 and says nothing of MACs (blind trial: the total's ratio, 0.964, came with the
+    MACs hint, which is for a ratio of 0.5)."""
+    target = _adapters(tmp_path, "from reference.adapters import run_transformer_accounting as _counts\n\n\n"
+                                 "def run_transformer_accounting(*args, **config):\n"
+                                 "    counts = dict(_counts(*args, **config))\n"
+                                 "    for part in ('flops.attention_scores', 'flops.attention_values'):\n"
+                                 "        counts['flops.total'] -= counts[part] // 2\n"
+                                 "        counts[part] -= counts[part] // 2\n"
+                                 "    return counts\n")
+    run = run_suite("--adapters", target, "-k", "closed_forms")
+    [message] = [m for n, m in run.messages.items() if "closed_forms" in n and m]
+    assert "flops.attention_scores 0.5, flops.attention_values 0.5" in message, message
+    assert "MACs" not in message and "flops.ffn" not in message, message

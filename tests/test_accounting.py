@@ -24,11 +24,17 @@ def test_gpt2_xl_matches_the_closed_forms(adapters):
     counts = adapters.run_transformer_accounting(**XL)
     params = 2 * V * d + L * (4 * d * d + 3 * d * d_ff + 2 * d) + d
     # per layer: QKV 6Td^2, QK^T 2T^2 d, AV 2T^2 d, output 2Td^2, FFN 6T d d_ff; LM head 2TdV once.
-    flops = L * (6 * T * d * d + 2 * T * T * d + 2 * T * T * d + 2 * T * d * d + 6 * T * d * d_ff) + 2 * T * d * V
+    parts = {"flops.attention_projections": L * (6 * T * d * d + 2 * T * d * d), "flops.attention_scores": L * 2 * T * T * d,
+             "flops.attention_values": L * 2 * T * T * d, "flops.ffn": L * 6 * T * d * d_ff, "flops.lm_head": 2 * T * d * V}
+    flops = sum(parts.values())
     assert counts["params.total"] == params, f"params.total {counts['params.total']:,} != {params:,}"
+    off = {k: counts[k] / v for k, v in parts.items() if counts.get(k) not in (None, v)}
     assert counts["flops.total"] == flops, (
-        f"flops.total {counts['flops.total']:.4g} != {flops:.4g} (ratio {counts['flops.total'] / flops:.3f}; "
-        "0.5 means MACs were counted, not FLOPs = 2 per multiply-add)")
+        f"flops.total {counts['flops.total']:.4g} != {flops:.4g} (ratio {counts['flops.total'] / flops:.3f})"
+        + (": off by part (yours / the closed form): " + ", ".join(f"{k} {r:.3g}" for k, r in off.items()) if off
+           else "") + (". 0.5 means MACs were counted, not FLOPs = 2 per multiply-add" if
+                       abs(counts["flops.total"] / flops - 0.5) < 1e-9 else
+                       ". FLOPs are 2 per multiply-add; a causal mask halves no matmul in this count"))
 
 
 LLAMA_LIKE = dict(vocab_size=32000, context_length=4096, d_model=4096, num_layers=32, num_heads=32, d_ff=11008)
