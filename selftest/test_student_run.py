@@ -141,6 +141,20 @@ def test_a_partial_run_shows_hidden_cases_and_the_total():
     assert re.search(r"^Total: 0\.0/\d+ points from the public tests that ran", out, re.M), out
 
 
+def test_a_probe_that_cannot_be_judged_is_skipped_not_failed():
+    """A function that passes none of its CPU cases is not probed on devices: the probe says so as a
+    skip, so its CPU bug is not charged twice and the count of failures is the real one."""
+    args = ("--adapters", "reference.variants:linear_without_transpose", "--function", "run_linear")
+    code, out = pytest_in(PROJECT, *args, "-rs")
+    assert code == 1 and "not run: fix run_linear on the CPU first" in out, out
+    run = run_suite(*args)
+    device = [n for n in run.outcomes if "meta_device" in n]
+    assert len(device) == 1 and run.outcomes[device[0]] == "skipped", run.outcomes
+    failed = [n for n, o in run.outcomes.items() if o == "failed"]
+    assert failed and re.search(rf"\b{len(failed)} failed, 1 skipped\b", out), out
+    assert "not judged" not in out, out
+
+
 def test_output_and_gradient_failures_of_one_case_are_one_report():
     code, out = pytest_in(PROJECT, "--adapters", "reference.variants:rope_half_split", "--function", "run_rope")
     assert code == 1
