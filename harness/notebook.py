@@ -28,7 +28,7 @@ STAND_IN = "notebook_cell"  # the adapters module that code from a cell stands i
 @dataclass
 class TestResult:
     name: str
-    outcome: str  # "passed" or "failed"
+    outcome: str  # "passed", "failed" or "skipped" (not run: a dependent check whose function fails on the CPU)
     message: str = ""
 
 
@@ -79,7 +79,9 @@ class _Collector:
         if report.when == "call" or report.failed:
             name = report.nodeid.split("::", 1)[-1]
             message = str(report.longrepr) if report.failed else ""
-            self.result.tests.append(TestResult(name, "failed" if report.failed else "passed", message))
+            if report.skipped and isinstance(report.longrepr, tuple):  # a probe not run: not a pass
+                message = str(report.longrepr[2]).removeprefix("Skipped: ")
+            self.result.tests.append(TestResult(name, report.outcome, message))
             if self.stream is not None:
                 first = f": {message.splitlines()[0][:150]}" if message else ""
                 self.stream.write(f"{len(self.result.tests):>3} {self.result.tests[-1].outcome:<6} {name}{first}\n")

@@ -504,8 +504,9 @@ def _short(path) -> str:
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter, config):
-    """Failures in course order, one line per unimplemented function, an output and a
-    gradient failure of one case as one report; then the progress table, last."""
+    """Failures in course order, an output and a gradient failure of one case as one report, and
+    not-implemented functions as one line (the table names them: each function appears once);
+    then the progress table, last."""
     progress = config.stash.get(PROGRESS, None)
     stats = terminalreporter.stats
     every = stats.get("failed", [])
@@ -513,11 +514,8 @@ def pytest_terminal_summary(terminalreporter, config):
         missing, shown = _condense(every)
         if missing:
             plural = "s" if len(missing) > 1 else ""
-            terminalreporter.write_sep("=", f"not implemented yet: {len(missing)} function{plural} "
-                                            "(each one's docstring in adapters.py says what to write)")
-            for report in missing:
-                match = NOT_IMPLEMENTED.match(str(report.longrepr))
-                terminalreporter.write_line(f"  {match[1]:<38} {match[2]}" if match else str(report.longrepr))
+            terminalreporter.write_sep("=", f"not implemented yet: {len(missing)} function{plural}, marked in the "
+                                            "table below (each one's docstring in adapters.py says what to write)")
         stats["failed"] = shown
     try:
         return (yield)
@@ -528,7 +526,6 @@ def pytest_terminal_summary(terminalreporter, config):
             terminalreporter.write("\n" + progress.render() + "\n")
 
 
-NOT_IMPLEMENTED = re.compile(r"^(\S+) is not implemented yet \(([^:]+:\d+)")
 # Lines of a folded check's report that say more than numbers: kept under the case's first report
 # (blind trial: "no gradient reaches `ln2.weight`" was folded away under an output check's numbers).
 TELLING = ("no gradient reaches", "Likely cause:", "Non-finite:")

@@ -3,7 +3,9 @@
 It shows what ran. A function whose tests did not all run says how many did not,
 and a unit is declared done only when every test of every function in it ran and passed.
 Points follow the grader's rule (harness/scoring.py), counting a passed public test as if its
-hidden twin passes too; hidden cases that did not run here count in the split and earn nothing.
+hidden twin passes too; hidden cases that did not run here count in the split and earn nothing,
+so a function's row shows its public points out of what public tests can earn ("2.6/2.6 public"),
+and its hidden share beside them ("+0.4 hidden"), never as a deduction.
 They are the term's own (Term.functions): an old term keeps its total, and a function it does not
 cover is not listed.
 """
@@ -119,9 +121,8 @@ class Progress:
                 ran = sum(counts.values())
                 unrun = self.unrun(name)
                 note = f"  {unrun} not run" if unrun else ""
-                note += f"  +{hidden[name]} hidden" if hidden.get(name) else ""
                 lines.append(f"  {name:<38} {self.status(name):<16} {counts['passed']:>3}/{ran:<3} tests "
-                             f"{self.points(name):4.1f}/{self.covered[name]['points']} points{note}")
+                             f"{self.points_column(name, hidden.get(name, 0))}{note}")
             done = [n for n in members if self.unrun(n) == 0 and n in self.results and self.status(n) == "passed"]
             if len(done) == len(members):
                 lines.append(f"  -> every function passes. Next: {unit.next_step}")
@@ -130,6 +131,15 @@ class Progress:
                              "run `pytest` to see the unit as a whole")
         lines += self.total_lines(hidden)
         return "\n".join(lines)
+
+    def points_column(self, adapter: str, hidden_cases: int) -> str:
+        """Earned of what the public tests can earn, then the hidden share: "2.6/2.6 public  +0.4 hidden"
+        for a function whose public tests all pass (never read as a deduction); "3.0/3.0 points" when
+        no share is hidden (the hidden cases ran, or the function has none)."""
+        public, whole = self.max_public_points(adapter), self.covered[adapter]["points"]
+        if not hidden_cases or whole - public < 0.005:
+            return f"{self.points(adapter):4.1f}/{whole:.1f} points"
+        return f"{self.points(adapter):4.1f}/{public:.1f} public  +{whole - public:.1f} hidden ({hidden_cases} cases)"
 
     def total_lines(self, hidden: dict) -> list[str]:
         """The total, and how hidden cases add to it."""
@@ -141,6 +151,7 @@ class Progress:
         lines = [f"Total: {earned:.1f}/{total:g} points from the public tests{scope}, an estimate: as if each "
                  "hidden twin passes as its public case did (the grade counts fresh values only)"]
         if hidden:
-            lines.append(f"Hidden cases (+N above, {sum(hidden.values())} never run here) are worth the other "
-                         f"{total - public:.1f} points: graded like these, with other values.")
+            lines.append(f"Hidden cases (+P hidden above: {sum(hidden.values())} cases, never run here) are worth the "
+                         f"other {total - public:.1f} points, graded like the public tests on other values; X/Y public "
+                         "is what a function's public tests can earn, Y when they all pass.")
         return lines

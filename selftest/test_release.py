@@ -55,7 +55,7 @@ def test_release_runs_every_function_as_not_implemented(edition):
     assert imported.strip() == f"{edition}/harness/__init__.py"  # the edition's harness, not this checkout's
     assert " passed" not in result.stdout.splitlines()[-1]
     assert "not implemented yet" in result.stdout
-    assert "Hidden cases (+N above" in result.stdout and "Total: 0.0/" in result.stdout
+    assert "Hidden cases (+P hidden above" in result.stdout and "Total: 0.0/" in result.stdout
     for name in ("run_embedding", "run_transformer_lm", "get_transformer_lm"):
         assert f"  {name}" in result.stdout and "not implemented" in result.stdout
 

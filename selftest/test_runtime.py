@@ -85,7 +85,7 @@ def test_progress_table_reports_each_state(capsys):
     assert "Unit 2.1: embeddings and positions" in out
     assert "run_embedding                          failed" in out
     assert "run_learned_positions                  passed" in out
-    assert "Hidden cases (+N above" in out
+    assert "Hidden cases (+P hidden above" in out
 
 
 def test_unit_completion_points_to_the_next_unit(capsys):

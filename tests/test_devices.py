@@ -4,7 +4,8 @@ Only a device mix fails. Data-dependent reads that meta tensors cannot answer (a
 range check, .item()) are correct code and are not penalised.
 
 A function is probed with the arguments of its first public fixture case that it passes
-on the CPU, every tensor moved to `meta` (one that passes none is not judged, and fails),
+on the CPU, every tensor moved to `meta` (one that passes none is skipped: "not run: fix it
+on the CPU first"; a failure there would charge the CPU bug twice),
 so a new function is probed as soon as the term has a case for it. A function that takes no
 tensor has no input device: its tensors must be on torch's default device, as torch.arange's are.
 Module builders (get_*) have no fixture cases: they are built with the arguments their adapter
@@ -57,9 +58,10 @@ def test_function_runs_on_meta_device(adapters, term, name):
             break
         failures.append(failure)
     else:
-        raise AssertionError(f"not judged: {name} passes none of its {len(cases)} public cases on the CPU (case "
-                             f"{cases[0].name!r}: {failures[0][:300]}). Fix the CPU failures first; this test "
-                             "then checks devices only")
+        # A dependent check that cannot be judged is skipped, not failed: the CPU failures are the
+        # fixture tests' to report, and the count of failures stays the real one (it carries no points).
+        pytest.skip(f"not run: fix {name} on the CPU first (it passes none of its {len(cases)} public cases; "
+                    f"case {cases[0].name!r}: {failures[0][:300]}); this test then checks devices only")
     kwargs = term.inputs(case)
     if not any(isinstance(t, torch.Tensor) for t in tree_flatten(kwargs)[0]):
         # No input device to follow: a caller picks the device by torch's default (`with torch.device(...)`).

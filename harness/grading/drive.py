@@ -106,6 +106,8 @@ class Grading:
         if test is not None and (report.when == "call" or report.failed):
             test["outcome"] = report.outcome
             test["message"] = str(report.longrepr)[:4000] if report.failed else ""
+            if report.skipped and isinstance(report.longrepr, tuple):  # a skip scores 0 (only "passed" earns)
+                test["message"] = str(report.longrepr[2]).removeprefix("Skipped: ")[:4000]
 
 
 def grade(project: Path, term: str, submission: Path, slot: int, settings: dict) -> dict:
