@@ -39,11 +39,16 @@ class Result:
     twin: str = ""               # a public case's check: the id of the same check on its twin
 
 
+def contract_points() -> dict[str, float]:
+    """Per function, the points the contract gives it today (a term built earlier keeps its own)."""
+    return {n: a.points for n, a in ADAPTERS.items()}
+
+
 def scores(results: list[Result], twins_unseen: bool = False,
            points: dict[str, float] | None = None) -> dict[str, tuple[float, float]]:
     """Per test id: (score, max_score); each function's max_scores add up to its points: the term's own
     (`points`, from Term.functions: what the contract gave when it was built), else the contract's."""
-    points = {n: a.points for n, a in ADAPTERS.items()} if points is None else points
+    points = contract_points() if points is None else points
     by_id = {r.id: r for r in results}
     fresh = {r.function for r in results
              if r.check == "output" and r.outcome == "passed" and (r.hidden or twins_unseen)}

@@ -42,7 +42,7 @@ from xml.sax.saxutils import escape, quoteattr
 from harness.contract import ADAPTERS
 from harness.grading import wire
 from harness.grading.report import POINTS_ENTRY, STATUS_ENTRY, code_hash, text_cell, write_report
-from harness.scoring import Result, scores
+from harness.scoring import Result, contract_points, scores
 from harness.grading.sandbox import (BASE_UID, OOM_DRIVER, UID_BLOCK, UID_BLOCKS, Cgroup, Protections,
                                      Sandbox, kill_group, kill_uid, kill_until_none, remove_orphan_sandboxes,
                                      remove_tree, set_oom_score, uid_processes)
@@ -233,6 +233,11 @@ class Driver:
         self.slot = slot
         self.process = None
 
+    @property
+    def uid(self) -> int:
+        """Its workers' uid, where the grader drops to one (the sandbox's own: BASE_UID + slot)."""
+        return BASE_UID + self.slot
+
     def start(self, grader: Grader) -> None:
         if self.process is None or self.process.poll() is not None:
             env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "PYTEST"))}
@@ -267,7 +272,7 @@ class Driver:
             kill_group(self.process)
         self.process = None
         if grader.protections.uid_drop:
-            kill_uid(BASE_UID + self.slot)
+            kill_uid(self.uid)
         remove_orphan_sandboxes()  # the dead driver's sandbox, and its cgroup
         Cgroup.remove_orphans(grader.protections.cgroup)
 
@@ -293,18 +298,24 @@ def _lock_file(block: int):
     return os.fdopen(fd, "r+")
 
 
+def _locked(block: int):
+    """The block's lock, held now, or None where another grader holds it."""
+    lock = _lock_file(block)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        return None
+    return lock
+
+
 def _claim_uid_block(blocks=range(UID_BLOCKS)):
     """A block of worker uids (BASE_UID + slot) for this grader alone, held (an flock) until the
     returned file is closed: each sandbox's teardown kills every process of its uid, so two
     graders must never share one. Returns (the lock, the block's first slot)."""
     for block in blocks:
-        lock = _lock_file(block)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.close()
-            continue
-        return lock, block * UID_BLOCK
+        if (lock := _locked(block)) is not None:
+            return lock, block * UID_BLOCK
     raise BadSetup(f"all {UID_BLOCKS} blocks of worker uids are in use by other `harness grade` runs: "
                    "wait for one to finish")
 
@@ -317,12 +328,9 @@ def kill_leftover_workers(blocks=range(UID_BLOCKS)) -> bool:
         return True  # (no uid drop without root)
     killed = True
     for block, uids in by_block.items():
-        with _lock_file(block) as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue
-            killed &= kill_until_none(lambda: uid_processes(uids), 30)
+        if (lock := _locked(block)) is not None:
+            with lock:
+                killed &= kill_until_none(lambda: uid_processes(uids), 30)
     return killed
 
 
@@ -484,6 +492,7 @@ def results_json(graded: Graded, term: str) -> dict:
         tests.append({"name": STATUS_ENTRY, "status": "failed", "output": status_note.strip(),
                       "visibility": "after_published"})
         status_note = ""
+    unit = {fn: [a.unit] for fn, a in ADAPTERS.items()}  # Gradescope's tags
     for t in graded.tests:
         fn = t.adapter or "other"
         earned, most = points.get(fn, (0.0, 0.0))
@@ -493,13 +502,13 @@ def results_json(graded: Graded, term: str) -> dict:
             "status": "passed" if t.outcome == "passed" else "failed",
             "output": (("Hidden test. " if t.hidden else "") + (t.message or _about(t)))[:4000],
             "visibility": "after_published" if t.hidden else "visible",
-            "tags": [ADAPTERS[fn].unit] if fn in ADAPTERS else [],
+            "tags": unit.get(fn, []),
         })
     for fn, (earned, most) in points.items():
         if most:
             tests.append({"name": f"{fn}: {POINTS_ENTRY}", "score": round(earned, 4), "max_score": round(most, 4),
                           "status": "passed" if earned == most else "failed", "output": POINTS_NOTE,
-                          "visibility": "after_published", "tags": [ADAPTERS[fn].unit] if fn in ADAPTERS else []})
+                          "visibility": "after_published", "tags": unit.get(fn, [])})
     hidden = sum(t.hidden for t in graded.tests)
     return {
         "score": round(graded.score, 4),
@@ -679,7 +688,7 @@ def _grade_one(grader: Grader, driver: Driver, submission: Path, name: str) -> G
     """One submission's result: whatever goes wrong becomes its status, never the batch's."""
     result, copy = Graded(name), None
     try:
-        uid = BASE_UID + driver.slot if grader.protections.uid_drop else None
+        uid = driver.uid if grader.protections.uid_drop else None
         result, copy = grader.prepare(submission, name, uid)
         if copy is not None:
             grader.record(result, driver.grade(grader, copy))
@@ -726,7 +735,7 @@ def _write_results(folder: Path, graded: Graded, term: str) -> None:
 
 def _write_record(folder: Path, graded: Graded) -> None:
     folder.mkdir(exist_ok=True)
-    _replace(folder / RECORD, json.dumps(asdict(graded)).encode())
+    replace_file(folder / RECORD, json.dumps(asdict(graded)).encode())
 
 
 def _clear_result(folder: Path) -> None:
@@ -734,7 +743,7 @@ def _clear_result(folder: Path) -> None:
         (folder / name).unlink(missing_ok=True)
 
 
-def _replace(path: Path, data: bytes) -> None:
+def replace_file(path: Path, data: bytes) -> None:
     """Write `path` whole or not at all: a temporary file beside it, then a rename."""
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
@@ -910,12 +919,12 @@ def _copy_result(source: Path, target: Path) -> None:
     for name in (*RESULT_FILES, RECORD):
         path = source / name
         if path.is_file() and not path.is_symlink():
-            _replace(target / name, path.read_bytes())
+            replace_file(target / name, path.read_bytes())
 
 
 def earned(g: Graded) -> dict[str, float]:
     """Per function of the term it was graded on, the points it earned."""
-    per = dict.fromkeys(g.points or {n: a.points for n, a in ADAPTERS.items()}, 0.0)
+    per = dict.fromkeys(g.points or contract_points(), 0.0)
     scores = g.scores()
     for t in g.tests:
         if t.adapter in per:
@@ -926,7 +935,7 @@ def earned(g: Graded) -> dict[str, float]:
 def _write_csv(path: Path, graded: list[Graded], earned_by: list[dict[str, float]]) -> None:
     """One row per result. The term's functions and points (every result holds them), else the
     contract's: an old term's maximum stays its own, and a function it does not cover gets no column."""
-    points = next((g.points for g in graded if g.points), None) or {n: a.points for n, a in ADAPTERS.items()}
+    points = next((g.points for g in graded if g.points), None) or contract_points()
     functions = [fn for fn in ADAPTERS if fn in points]
     total = sum(points[fn] for fn in functions)
     text = io.StringIO(newline="")
@@ -936,4 +945,4 @@ def _write_csv(path: Path, graded: list[Graded], earned_by: list[dict[str, float
         writer.writerow([text_cell(g.name), f"{g.score:.2f}", f"{total:.2f}", text_cell(g.status), f"{g.seconds:.1f}",
                          text_cell(";".join(g.tampered)), text_cell(g.import_error),
                          *[f"{per.get(fn, 0.0):.2f}" for fn in functions]])
-    _replace(path, text.getvalue().encode())
+    replace_file(path, text.getvalue().encode())

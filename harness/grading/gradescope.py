@@ -100,13 +100,10 @@ def close_to_others(folder: Path) -> None:
 def write_results(results: Path, data: dict) -> None:
     """results.json, atomically, in a folder only root can write: a file put there (or a link)
     by anyone else is replaced, never followed."""
+    from harness.grading.grade import replace_file
     results.mkdir(parents=True, exist_ok=True)
     os.chmod(results, 0o700)
-    fd, tmp = tempfile.mkstemp(dir=results, prefix=".results-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, results / "results.json")
+    replace_file(results / "results.json", json.dumps(data, indent=1).encode())
 
 
 def refused(why: str) -> dict:

@@ -66,7 +66,7 @@ FORK_SECONDS = 60  # for the zygote to hand over a worker (its first fork import
 class Protections:
     bwrap: str | None
     uid_drop: bool
-    seccomp: bool = False      # the keyring, sysinfo and user-namespace filter
+    seccomp: bool = False      # the filter of seccomp_filter() (keyring, sysinfo, sockets, ...)
     cgroup: str | None = None  # "v1" or "v2": per-submission limits; None: rlimits per process
 
     @classmethod
@@ -100,7 +100,8 @@ class Protections:
                    else "install bubblewrap")
             off += ["filesystem allow-list", "no network", f"PID namespace ({why})"]
         if self.seccomp:
-            on.append("seccomp (no kernel keyring, no sysinfo, no user namespaces)")
+            on.append("seccomp (no kernel keyring, no sysinfo, no internet sockets, no page-cache probes, "
+                      "no user namespaces)")
         else:
             off.append("seccomp filter (needs x86_64 or aarch64, and prctl allowed)")
         if self.uid_drop:
@@ -143,6 +144,7 @@ class Sandbox:
         self.control: socket.socket | None = None
         self.stdout: int | None = None  # the read end of the sandbox's stdout pipe
         self.hidden = False  # once set: output dropped
+        self._seccomp: SeccompLoader | None = None  # without bubblewrap: the filter the worker loads itself
         try:
             self.cgroup = Cgroup.create(protections.cgroup, f"{slot}-{self.root.name}", self.memory) \
                 if protections.cgroup else None
@@ -170,7 +172,6 @@ class Sandbox:
         ours, theirs = socket.socketpair()
         read, write = os.pipe()
         filter_fd = self._seccomp_fd()
-        # Without bubblewrap the worker loads the same filter itself, just before exec.
         self._seccomp = SeccompLoader() if self.protections.seccomp and not self.protections.bwrap else None
         fds = [theirs.fileno()] + ([filter_fd] if filter_fd is not None else [])
         try:
