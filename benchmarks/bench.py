@@ -86,7 +86,7 @@ def main() -> None:
     public = folder_size(term) - folder_size(term / "hidden")
     hidden = folder_size(term / "hidden")
 
-    from harness.build import build_term
+    from harness.term.build import build_term
     builds = []
     for i in range(3):
         with tempfile.TemporaryDirectory() as tmp:

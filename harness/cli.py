@@ -20,7 +20,7 @@ What a student runs (in the assignment's folder):
   python -m harness contract             write any missing adapters.py or student/ file; never overwrites
                                          your code (--force replaces it, keeping a NAME.bak copy)
   check("run_softmax")                   from a notebook or the REPL, after
-                                         `from harness.notebook import check` (README: "From a notebook")
+                                         `from harness.student_run.notebook import check` (README: "From a notebook")
 """
 INSTRUCTOR_HELP = {
     True: "Instructor commands (this is the course's master copy): term new, term verify, term use, term diff, "
@@ -41,7 +41,7 @@ def project_root() -> Path:
 
 def is_instructor_copy(root: Path) -> bool:
     """The full repository: the reference and the code that builds terms are here."""
-    return (root / "reference" / "variants.py").is_file() and (Path(harness.__file__).parent / "build.py").is_file()
+    return (root / "reference" / "variants.py").is_file() and (Path(harness.__file__).parent / "term").is_dir()
 
 
 def parser(instructor: bool) -> argparse.ArgumentParser:
@@ -153,7 +153,7 @@ def main(argv=None) -> int:
 
 
 def term_new(root: Path, args) -> int:
-    from harness.build import build_term
+    from harness.term.build import build_term
     folder = build_term(root, args.name, args.seed, args.force, grading_seed=args.grading_seed)
     size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
     print(f"wrote {folder.relative_to(root)} ({size / 1024:.0f} KiB)")
@@ -161,7 +161,7 @@ def term_new(root: Path, args) -> int:
 
 
 def term_verify(root: Path, args) -> int:
-    from harness.build import verify_term
+    from harness.term.build import verify_term
     failures = verify_term(root, args.name)
     for failure in failures:
         print(failure, file=sys.stderr)
@@ -222,7 +222,7 @@ def _described(term: Term, case) -> dict:
 
 
 def release_cmd(root: Path, args) -> int:
-    from harness.release import release
+    from harness.term.release import release
     term = args.term or pinned_term(root)
     out = release(root, args.out, term)
     print(f"wrote the student release of term {term} to {out}")
@@ -288,7 +288,7 @@ def contract_render(root: Path, args) -> int:
     force, stubs = getattr(args, "force", False), getattr(args, "stubs", False)
     generated = {root / "adapters.py": render_adapters("student")} if instructor else {}
     if instructor:
-        from harness.coverage import render_mistakes
+        from harness.term.coverage import render_mistakes
         from reference.variants import VARIANTS
         generated[root / "reference" / "adapters.py"] = render_adapters("reference")
         generated[root / "MISTAKES.md"] = render_mistakes(VARIANTS)
@@ -296,8 +296,8 @@ def contract_render(root: Path, args) -> int:
     theirs.update({root / "student" / f"{m}.py": render_stub(m) for m in sorted({a.impl_module for a in ADAPTERS.values()})})
     problems = []
     if instructor:
-        from harness.case_rules import problems as case_problems
-        from harness.catalogue import CATALOGUE
+        from harness.term.case_rules import problems as case_problems
+        from harness.term.catalogue import CATALOGUE
         problems += [f"catalogue: {p}" for p in case_problems(CATALOGUE)]
     for path, text in [*generated.items(), *theirs.items()]:
         rel = path.relative_to(root)
@@ -367,7 +367,7 @@ def backup(path: Path) -> Path:
 
 
 def mistakes_table(root: Path, args) -> int:
-    from harness.coverage import NAMED_TARGET, coverage, render
+    from harness.term.coverage import NAMED_TARGET, coverage, render
     rows = coverage(root, args.names)
     print(render(rows))
     mistakes = [r for r in rows if not r.correct]

@@ -79,7 +79,7 @@ def softmax_tolerance(tensors: dict) -> tuple[float, float]:
 
 # Sizes that divide one another wherever an adapter takes both (d_k = d_model / num_heads; query heads
 # in groups of num_heads / num_kv_heads): (the multiple, its divisor). The case rules check them and
-# twins keep them (harness/case_rules.py, harness/catalogue.twin).
+# twins keep them (harness/term/case_rules.py, harness/term/catalogue.twin).
 DIVISIBLE = (("d_model", "num_heads"), ("num_heads", "num_kv_heads"))
 
 

@@ -185,10 +185,16 @@ class Term:
         return {k: v.item() for k, v in unflatten(stored, "out").items()}
 
 
+def checks_for(case: Case) -> list[str]:
+    """The tests a case makes: one must-raise test, or an output test and, with gradients, a gradient test."""
+    if case.check == "raises":
+        return ["raises"]
+    return ["output", "gradient"] if case.grads else ["output"]
+
+
 def covered(public: list[Case], hidden_tests: dict[str, int]) -> dict[str, dict]:
     """The record of what a term covers (Term.functions) from its public cases and its hidden tests per
     function: every contract function with cases, and every builder its cases prove (get_X by run_X)."""
-    from harness.checks import checks_for  # it imports this module
     from harness.contract import ADAPTERS
     tests: dict[str, int] = {}
     for case in public:

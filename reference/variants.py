@@ -940,7 +940,7 @@ register("einsum", "einsum for linear layers and attention", correct=True,
 
 
 # A blind student's softmax: exact, but float32 gradients under sharp scores drift by 2e-5 of
-# the largest one (harness/checks.gradient_atol), which once failed it.
+# the largest one (harness/student_run/checks.gradient_atol), which once failed it.
 register("logsumexp_softmax", "softmax as exp(x - logsumexp(x))", correct=True,
          attention__softmax=lambda x, dim: (x - x.logsumexp(dim=dim, keepdim=True)).exp())
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.coverage import coverage
+from harness.term.coverage import coverage
 from harness.store import pinned_term
-from harness.suite import SuiteRun, run_suite as _run_suite
+from harness.term.suite import SuiteRun, run_suite as _run_suite
 from reference.submission import reference_as_student  # noqa: F401  (re-exported for the tests)
 
 # Many processes share few cores here (workers, drivers, suites in subprocesses): more than

@@ -1,18 +1,18 @@
 """Rules every case in the catalogue keeps, so transposes, broadcasts and ignored values cannot hide.
 
-The rules live in harness/case_rules.py, where `term new` and `contract --check` run them
+The rules live in harness/term/case_rules.py, where `term new` and `contract --check` run them
 too: distinct axes get distinct sizes unless a case declares the equality it is about; every
 scalar or optional argument of the contract varies across public cases; every function that
 exponentiates its inputs sees a large spread inside one slice. (Reduced precision judged within
-1 ulp of the float32 result rounded once is the build's: harness/build.py sets it on every
+1 ulp of the float32 result rounded once is the build's: harness/term/build.py sets it on every
 float16/bfloat16 output.) Here each rule is checked, and proved able to fail."""
 
 import dataclasses
 
 import pytest
 
-from harness.case_rules import axis_problems, clashes, exponential_ranges, narrow_spread, public, unvaried
-from harness.catalogue import CATALOGUE, case, given, normal
+from harness.term.case_rules import axis_problems, clashes, exponential_ranges, narrow_spread, public, unvaried
+from harness.term.catalogue import CATALOGUE, case, given, normal
 from harness.contract import UNITS
 
 OUTPUT_CASES = [s for s in CATALOGUE if s.check == "output"]
@@ -48,17 +48,17 @@ def test_term_new_and_contract_check_refuse_a_clash(monkeypatch, tmp_path, capsy
     """The rule fires where a maintainer first runs something, not minutes into the selftest."""
     import argparse
 
-    import harness.build
-    import harness.catalogue
+    import harness.term.build
+    import harness.term.catalogue
     from harness.cli import contract_render
     from conftest import PROJECT
     clash = case("run_silu", "clash", "", in_features=normal(3, 4))  # fine alone; the bad one follows
     bad = case("run_scaled_dot_product_attention", "sq", "", Q=normal(2, 4, 8), K=normal(2, 4, 8),
                V=normal(2, 4, 8), mask=None)
-    monkeypatch.setattr(harness.catalogue, "CATALOGUE", [clash, bad])
-    monkeypatch.setattr(harness.build, "CATALOGUE", [clash, bad])
+    monkeypatch.setattr(harness.term.catalogue, "CATALOGUE", [clash, bad])
+    monkeypatch.setattr(harness.term.build, "CATALOGUE", [clash, bad])
     with pytest.raises(ValueError, match="run_scaled_dot_product_attention/sq: distinct axes share a size"):
-        harness.build.build_term(tmp_path, "t", 1)
+        harness.term.build.build_term(tmp_path, "t", 1)
     assert not (tmp_path / "fixtures" / "t").exists()
     assert contract_render(PROJECT, argparse.Namespace(check=True)) == 1
     assert "catalogue: run_scaled_dot_product_attention/sq" in capsys.readouterr().out
@@ -130,10 +130,10 @@ def test_exponentiating_functions_have_a_large_spread_inside_one_slice(function)
 
 
 def test_term_new_refuses_a_catalogue_that_breaks_the_rules(monkeypatch, tmp_path):
-    import harness.build
-    monkeypatch.setattr(harness.build, "CATALOGUE", [s for s in CATALOGUE if s.name != "spread-300"])
+    import harness.term.build
+    monkeypatch.setattr(harness.term.build, "CATALOGUE", [s for s in CATALOGUE if s.name != "spread-300"])
     with pytest.raises(ValueError, match="run_softmax: the widest"):
-        harness.build.build_term(tmp_path, "broken", seed=1)
+        harness.term.build.build_term(tmp_path, "broken", seed=1)
 
 
 # ---------------------------------------------------------------- twins differ; a broken case is a message
@@ -141,7 +141,7 @@ def test_term_new_refuses_a_catalogue_that_breaks_the_rules(monkeypatch, tmp_pat
 def test_twins_of_cases_without_tensors_take_a_fresh_value_of_every_size():
     """An accounting case has no tensor to redraw: its twin must move every size (num_heads too, not
     only vocab_size, context_length, num_layers and d_ff), and keep the contract's divisibility."""
-    from harness.catalogue import same_values, twin
+    from harness.term.catalogue import same_values, twin
     from harness.contract import DIVISIBLE
     plain = [s for s in CATALOGUE if not s.hidden and not any(s.gens())]
     assert plain, "the catalogue has no case without tensors"
@@ -159,9 +159,9 @@ def test_a_twin_that_would_equal_its_public_case_is_refused(monkeypatch, tmp_pat
     shape. `term new`, `contract --check` and the rules refuse it, naming it."""
     import argparse
 
-    import harness.build
-    import harness.catalogue
-    from harness.case_rules import case_problems
+    import harness.term.build
+    import harness.term.catalogue
+    from harness.term.case_rules import case_problems
     from harness.cli import contract_render
     from conftest import PROJECT
     frozen = case("run_sinusoidal_positions", "one-position", "", d_model=8, token_positions=given([5]))
@@ -169,10 +169,10 @@ def test_a_twin_that_would_equal_its_public_case_is_refused(monkeypatch, tmp_pat
     assert not case_problems(dataclasses.replace(frozen, args={**frozen.args, "token_positions": given([5, 9])}))
     catalogue = [s for s in CATALOGUE if s.function != "run_sinusoidal_positions"] + \
         [frozen, *[s for s in CATALOGUE if s.function == "run_sinusoidal_positions"]]
-    monkeypatch.setattr(harness.catalogue, "CATALOGUE", catalogue)
-    monkeypatch.setattr(harness.build, "CATALOGUE", catalogue)
+    monkeypatch.setattr(harness.term.catalogue, "CATALOGUE", catalogue)
+    monkeypatch.setattr(harness.term.build, "CATALOGUE", catalogue)
     with pytest.raises(ValueError, match="run_sinusoidal_positions/one-position: its hidden twin would equal it"):
-        harness.build.build_term(tmp_path, "t", 1)
+        harness.term.build.build_term(tmp_path, "t", 1)
     assert contract_render(PROJECT, argparse.Namespace(check=True)) == 1
     assert "catalogue: run_sinusoidal_positions/one-position: its hidden twin" in capsys.readouterr().out
 
@@ -184,7 +184,7 @@ def run_heads_only(num_heads: int) -> int:
 def test_a_broken_case_is_refused_with_a_message_never_a_traceback():
     """Each broken case is one line naming it and the problem: a typo in an argument, a missing one, an
     unknown function, sizes that do not divide; and heads without d_model is no KeyError."""
-    from harness.case_rules import case_problems, problems
+    from harness.term.case_rules import case_problems, problems
     from harness.contract import ADAPTERS, adapter
     mha = next(s for s in CATALOGUE if s.function == "run_multihead_self_attention" and not s.hidden)
     typo = dataclasses.replace(mha, name="typo", args={**{k: v for k, v in mha.args.items() if k != "num_heads"},

@@ -71,7 +71,7 @@ def grown(tmp_path_factory):
     shutil.copytree(PROJECT, copy, ignore=shutil.ignore_patterns(".*", "__pycache__", "*.egg-info", "benchmarks",
                                                                  "gradescope", "hostile"))
     for path, code in (("harness/contract.py", CONTRACT), ("reference/embeddings.py", REFERENCE),
-                       ("harness/catalogue.py", CASES)):
+                       ("harness/term/catalogue.py", CASES)):
         with open(copy / path, "a") as f:
             f.write("\n\n" + code)
     result = python(["-m", "harness", "contract", "--stubs"], copy)

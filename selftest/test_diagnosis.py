@@ -7,8 +7,8 @@ import torch.nn.functional as F
 from einops import reduce
 from torch import nn
 
-from harness.diagnose import crash, missing_return
-from harness.probes import AllocationTooLarge, DeviceMismatch, assert_no_large_allocation, run_on_meta
+from harness.student_run.diagnose import crash, missing_return
+from harness.student_run.probes import AllocationTooLarge, DeviceMismatch, assert_no_large_allocation, run_on_meta
 
 V, D, ROWS = 4096, 4, (8, 16)
 
@@ -87,7 +87,7 @@ def test_missing_return_is_located_in_the_student_module(tmp_path):
 
 def test_the_embedding_is_found_by_its_role_not_its_name_or_shape():
     from reference.model import TransformerLM
-    from harness.probes import tables_indexed
+    from harness.student_run.probes import tables_indexed
     model = TransformerLM(50, 8, 16, 1, 2, 24, 10000.0)
     with torch.no_grad():
         found = tables_indexed(model, torch.zeros(1, 4, dtype=torch.long))
@@ -107,7 +107,7 @@ def test_the_table_is_found_in_every_lookup_style(style):
             if style == "nn.Embedding":
                 return self.table(ids) + self.ids_like.sum()
             return (F.embedding(ids, self.table) if style == "F.embedding" else self.table[ids]) + self.ids_like.sum()
-    from harness.probes import tables_indexed
+    from harness.student_run.probes import tables_indexed
     with torch.no_grad():
         found = tables_indexed(Lookup(), torch.tensor([[1, 2]]))
     assert found == {"table.weight" if style == "nn.Embedding" else "table"}

@@ -33,7 +33,7 @@ def test_device_test_judges_only_code_that_works_on_the_cpu():
 
 
 def test_a_fingerprint_never_matches_on_nan():
-    from harness.diagnose import matching_variant
+    from harness.student_run.diagnose import matching_variant
     fp = {"idx": torch.tensor([0, 1]), "val": torch.tensor([float("nan"), 1.0])}
     assert matching_variant(torch.tensor([float("nan"), 1.0]), {"nan_mistake": fp}, 1e-5, 1e-4) is None
     finite = {"idx": torch.tensor([0, 1]), "val": torch.tensor([2.0, 1.0])}
@@ -41,7 +41,7 @@ def test_a_fingerprint_never_matches_on_nan():
 
 
 def test_the_first_nonfinite_value_is_located_in_the_code_that_made_it():
-    from harness.probes import first_nonfinite
+    from harness.student_run.probes import first_nonfinite
 
     def mean_softmax(x):
         e = torch.exp(x - x.mean(dim=-1, keepdim=True))
@@ -62,7 +62,7 @@ def test_the_first_nonfinite_value_is_located_in_the_code_that_made_it():
 
 
 def test_what_differs_locates_errors_along_each_axis():
-    from harness.diagnose import what_differs
+    from harness.student_run.diagnose import what_differs
     e = torch.randn(3, 6, 8, generator=torch.Generator().manual_seed(0))
     axes = ["batch", "seq", "d_model"]
     features = e.clone()
@@ -84,8 +84,8 @@ def test_what_differs_locates_errors_along_each_axis():
 def test_reduced_precision_is_judged_within_one_ulp():
     """A bfloat16 RMSNorm without the float32 upcast stays inside the old (1e-2, 1.6e-2) tolerance,
     but not within 1 ulp of the float32 result rounded once; float64 internals are."""
-    from harness.catalogue import CATALOGUE
-    from harness.compare import mismatched
+    from harness.term.catalogue import CATALOGUE
+    from harness.student_run.compare import mismatched
     from reference.variants import VARIANTS
     spec = next(s for s in CATALOGUE if s.function == "run_rmsnorm" and s.name.startswith("bf16-d12"))
     generated = spec.generate(0)
@@ -145,7 +145,7 @@ def test_a_misplaced_axis_in_grouped_attention_is_not_blamed_on_the_kv_expansion
 def test_a_fingerprint_matches_only_within_the_cases_own_tolerance():
     """A blind student's GPT-2 block that ignored eps=1e-3 matched the stored sample of another eps
     mistake within 5x the case's tolerance, and was named as that mistake."""
-    from harness.diagnose import matching_variant
+    from harness.student_run.diagnose import matching_variant
     fp = {"idx": torch.tensor([0, 1]), "val": torch.tensor([1.0, 2.0])}
     atol, rtol = 1e-3, 1e-3
     near = torch.tensor([1.0 + 0.5 * (atol + rtol), 2.0])  # within the case's tolerance

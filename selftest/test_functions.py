@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import run_suite
-from harness.catalogue import CATALOGUE
+from harness.term.catalogue import CATALOGUE
 from harness.contract import ADAPTERS
 
 BUILDERS = [n for n, a in ADAPTERS.items() if a.builder]
@@ -33,8 +33,8 @@ def collected() -> dict[str, str]:
 def test_function_has_public_and_hidden_cases(name):
     specs = [s for s in CATALOGUE if s.function == name]
     assert [s for s in specs if not s.hidden and s.check == "output"], \
-        f"{name}: add a public output case to harness/catalogue.py"
-    assert [s for s in specs if s.hidden], f"{name}: add a hidden case (hidden=True) to harness/catalogue.py"
+        f"{name}: add a public output case to harness/term/catalogue.py"
+    assert [s for s in specs if s.hidden], f"{name}: add a hidden case (hidden=True) to harness/term/catalogue.py"
 
 
 @pytest.mark.parametrize("name", BUILDERS)
@@ -70,7 +70,7 @@ def built(cls: str) -> torch.nn.Module:
         values = a.example or {**first.args, **first.generate(0)}  # tensors too: the glue may pass x.device
         return eval(ast.unparse(calls[0]), {**defaults, **values, "impl": importlib.import_module("reference")})
     raise AssertionError(f"no adapter builds {cls} with arguments: give a function whose glue builds it a public "
-                         "case in harness/catalogue.py, or its builder example= in harness/contract.py")
+                         "case in harness/term/catalogue.py, or its builder example= in harness/contract.py")
 
 
 @pytest.mark.parametrize("name", BUILDERS)

@@ -103,7 +103,7 @@ def test_the_zip_holds_what_grading_needs_and_nothing_a_submission_may_read(tree
     assert f"fixtures/{TERM}/hidden/manifest.json" in names
     assert not [n for n in names if n.startswith(("reference/", "selftest/", "student/", ".git"))]
     assert not [n for n in names if n.startswith("fixtures/") and not n.startswith(f"fixtures/{TERM}/")]
-    assert "harness/catalogue.py" not in names and "harness/grading/drive.py" in names
+    assert "harness/term/catalogue.py" not in names and "harness/grading/drive.py" in names
     with zipfile.ZipFile(tree["upload"]) as z:
         assert (z.getinfo("run_autograder").external_attr >> 16) & 0o111
 

@@ -166,7 +166,7 @@ def test_max_scores_add_up_exactly_to_each_functions_points(graded):
 def reached() -> dict[str, set[str]]:
     """contract function -> the variant-patched reference pieces its tests used (one spied run of
     the suite, as `harness mistakes` does): an edit of other pieces cannot cost it points."""
-    from harness.coverage import reach
+    from harness.term.coverage import reach
     from conftest import run_suite
     attributed = run_suite("--adapters", "reference.adapters", "--hidden", "--collect-only").adapters
     out: dict[str, set[str]] = {}

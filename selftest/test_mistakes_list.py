@@ -5,7 +5,7 @@ import re
 from types import SimpleNamespace
 
 from conftest import PROJECT
-from harness.coverage import numbered, render_mistakes
+from harness.term.coverage import numbered, render_mistakes
 from reference.variants import VARIANTS
 
 ENTRY = re.compile(r"^- \*\*(\d+)\. (.+?)\*\* \(`(\w+)`\)$", re.M)

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import PROJECT, TERM, reference_as_student
 from harness.cli import main
-from harness.release import release
+from harness.term.release import release
 
 
 def run(cmd, cwd):

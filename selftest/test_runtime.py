@@ -94,7 +94,7 @@ def test_unit_completion_points_to_the_next_unit(capsys):
 
 
 def test_running_another_term_than_the_release_pinned_is_said():
-    from harness.progress import Progress
+    from harness.student_run.progress import Progress
     from harness.store import Term
     progress = Progress(Term(PROJECT, TERM), "adapters", pinned="another-term")
     progress.record("run_embedding", "passed", False)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import PROJECT, TERM, run_suite
-from harness.build import build_term, verify_term
+from harness.term.build import build_term, verify_term
 from harness.cli import term_diff, term_use
 from harness.store import FixtureError, Term, list_terms, pinned_term, sha256
 
@@ -179,7 +179,7 @@ def test_no_code_names_a_term(project):
 def test_compact_storage_reads_back_bit_for_bit(tmp_path, kind):
     """Weights drawn on a grid are kept in 16 bits and mostly-zero tensors as their other
     elements; whatever is stored, a term reads back exactly the tensors it was given."""
-    from harness.catalogue import on_grid
+    from harness.term.catalogue import on_grid
     from harness.store import Case, write_term
     g = torch.Generator().manual_seed(3)
     t = {"on_grid": on_grid(torch.randn(40, 24, generator=g) * 0.3),

@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from conftest import PROJECT, reference_as_student
-from harness.suite import run_suite as _run_suite
+from harness.term.suite import run_suite as _run_suite
 from harness.contract import ADAPTERS, UNITS
-from harness.notebook import check
+from harness.student_run.notebook import check
 
 README = (PROJECT / "README.md").read_text()
 STUDENT_README = README.split("## Instructor and maintainer guide")[0]
@@ -185,7 +185,7 @@ def test_output_and_gradient_failures_of_one_case_are_one_report():
 
 def test_readme_sets_a_newcomer_up():
     for needed in ("python3 -m venv", "source .venv/bin/activate", "https://download.pytorch.org/whl/cpu",
-                   "from harness.notebook import check", "notebooks/check_unit_2_1.ipynb"):
+                   "from harness.student_run.notebook import check", "notebooks/check_unit_2_1.ipynb"):
         assert needed in STUDENT_README, needed
     assert "adapters adapters" not in README and "(CPU)" not in STUDENT_README
 
@@ -380,9 +380,9 @@ def test_the_table_never_gives_more_than_the_grader(tmp_path, target):
 
 @pytest.mark.parametrize("notebook", [True, False], ids=["notebook", "repl"])
 def test_check_streams_its_report_as_tests_finish(monkeypatch, notebook):
-    import harness.notebook
+    import harness.student_run.notebook
     import torch
-    monkeypatch.setattr(harness.notebook, "in_notebook", lambda: notebook)
+    monkeypatch.setattr(harness.student_run.notebook, "in_notebook", lambda: notebook)
     out = io.StringIO()
     seen = []  # how much had been shown when each call of the function began
 

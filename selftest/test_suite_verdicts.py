@@ -7,7 +7,7 @@ import pytest
 
 from conftest import PROJECT, run_suite
 from harness.contract import ADAPTERS
-from harness.coverage import NAMED_TARGET, render
+from harness.term.coverage import NAMED_TARGET, render
 from reference.variants import VARIANTS
 
 MISTAKES = [v for v in VARIANTS.values() if not v.correct]
@@ -84,6 +84,6 @@ def test_function_has_a_mistake_named_in_its_own_tests(table, name):
 def test_the_table_runs_every_test_that_a_variant_fails(table, variant):
     """The table runs a variant only on the tests whose adapter calls used a piece it patches
     (a function, or a class the call builds); the whole suite fails no other test."""
-    from harness.suite import run_suite as run_quietly
+    from harness.term.suite import run_suite as run_quietly
     whole = run_quietly(PROJECT, "--adapters", f"reference.variants:{variant}", "--hidden", quiet=True)
     assert sorted({n.split("::")[-1] for n in whole.failed}) == table[variant].caught_by

@@ -55,14 +55,14 @@ def added(tmp_path_factory):
 
 # The README's four files per function: the contract, the reference module, the catalogue, the variants.
 HAND = {"harness/contract.py", "reference/attention.py", "reference/gpt2.py", "reference/rope.py",
-        "harness/catalogue.py", "reference/variants.py"}
+        "harness/term/catalogue.py", "reference/variants.py"}
 
 
 def test_walkthrough_has_its_steps():
     assert [p for p, _ in APPENDS] == [
-        "harness/contract.py", "reference/attention.py", "harness/catalogue.py", "reference/variants.py",
-        "harness/contract.py", "reference/gpt2.py", "harness/catalogue.py", "reference/variants.py",
-        "harness/contract.py", "reference/rope.py", "harness/catalogue.py", "reference/variants.py"]
+        "harness/contract.py", "reference/attention.py", "harness/term/catalogue.py", "reference/variants.py",
+        "harness/contract.py", "reference/gpt2.py", "harness/term/catalogue.py", "reference/variants.py",
+        "harness/contract.py", "reference/rope.py", "harness/term/catalogue.py", "reference/variants.py"]
     assert any(c.startswith("python -m harness contract") for c in COMMANDS)
     assert any(c.startswith("python -m harness term new") for c in COMMANDS)
     assert "pytest selftest -n auto" in COMMANDS

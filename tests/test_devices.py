@@ -16,9 +16,9 @@ import pytest
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from harness.checks import CHECKS
+from harness.student_run.checks import CHECKS
 from harness.contract import ADAPTERS
-from harness.probes import run_on_meta
+from harness.student_run.probes import run_on_meta
 
 FUNCTIONS = [name for name, a in ADAPTERS.items() if not a.builder]
 BUILDERS = [name for name, a in ADAPTERS.items() if a.builder]

@@ -7,7 +7,7 @@ any correct implementation has, never from a stored answer.
 import pytest
 import torch
 
-from harness.probes import assert_no_large_allocation
+from harness.student_run.probes import assert_no_large_allocation
 
 adapter = pytest.mark.adapter
 

@@ -4,7 +4,7 @@ The cases are data (fixtures/<term>/manifest.json); the plugin parametrises
 `fixture_check` with one (case, check) pair per check.
 """
 
-from harness.checks import CHECKS
+from harness.student_run.checks import CHECKS
 
 
 def test_fixture(fixture_check, adapters, term):

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from harness.checks import oracle_passes
+from harness.student_run.checks import oracle_passes
 from harness.contract import gpt2_lm_weight_shapes
-from harness.probes import parameter_roles
+from harness.student_run.probes import parameter_roles
 
 adapter = pytest.mark.adapter
 

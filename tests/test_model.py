@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from harness.contract import lm_weight_shapes
-from harness.probes import parameter_roles, tables_indexed
+from harness.student_run.probes import parameter_roles, tables_indexed
 
 adapter = pytest.mark.adapter
 

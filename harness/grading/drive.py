@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.compare import Mismatch
-from harness.plugin import ADAPTER, STATE, scoring_facts, short_report
+from harness.student_run.compare import Mismatch
+from harness.student_run.plugin import ADAPTER, STATE, scoring_facts, short_report
 from harness.grading.remote import Link, RemoteFunctions, StudentCodeError, WorkerFailure
 from harness.runtime import Adapters, AdaptersError, ContractViolation
 from harness.grading.sandbox import Protections, Sandbox
@@ -45,7 +45,7 @@ QUIET = [arg for plugin in ("warnings", "faulthandler", "doctest", "junitxml", "
 class Grading:
     """A pytest plugin: serves the remote adapters and records every verdict."""
 
-    __name__ = "harness-remote"  # how harness.plugin finds it
+    __name__ = "harness-remote"  # how harness.student_run.plugin finds it
 
     def __init__(self, link: Link):
         self.link = link
@@ -90,7 +90,7 @@ class Grading:
 
     @pytest.hookimpl(hookwrapper=True, specname="pytest_runtest_makereport")
     def pytest_runtest_makereport_replace(self, item, call):
-        """...and where harness.plugin built its own report first."""
+        """...and where harness.student_run.plugin built its own report first."""
         report = (yield).get_result()
         if call.excinfo is not None and report.failed:
             text = self._published(item, call.excinfo)
@@ -118,7 +118,7 @@ def grade(project: Path, term: str, submission: Path, slot: int, settings: dict)
     plugin = Grading(link)
     # The plugin by module, not by the installed package's entry point: Gradescope's venv holds
     # only the dependencies (the harness stays in the root-only source folder).
-    argv = [str(project / "tests"), "-q", "-p", "no:cacheprovider", "-p", "no:harness", "-p", "harness.plugin",
+    argv = [str(project / "tests"), "-q", "-p", "no:cacheprovider", "-p", "no:harness", "-p", "harness.student_run.plugin",
             "--rootdir", str(project),
             "--hidden", "--term", term, "--case-timeout", "0", *QUIET]
     log = io.StringIO()

@@ -22,7 +22,7 @@ import torch
 
 from harness.grading import wire
 from harness.contract import ADAPTERS
-from harness.probes import Allocation, DeviceMismatch
+from harness.student_run.probes import Allocation, DeviceMismatch
 from harness.runtime import AdaptersError, ContractViolation
 from harness.grading.sandbox import Sandbox
 

@@ -33,7 +33,7 @@ CRASH_MARKS = [          # (kind, phrases of the grader's own failure messages),
     ("worker died", ("worker process died", "worker died", "could not import")),
     ("raised", ("raised an exception",)),
 ]
-MATCHED = "\nLikely cause: your output matches "  # harness/diagnose.py: a line of its own
+MATCHED = "\nLikely cause: your output matches "  # harness/student_run/diagnose.py: a line of its own
 RAISED = re.compile(r"(?:Hidden test\. )?\w+: (\w+): ")  # "run_x: ValueError: ..." (a public raise; any class name)
 
 
@@ -156,7 +156,7 @@ class Mistake:
 
 def known_mistakes() -> list[Mistake]:
     """MISTAKES.md's list, from the registry it is generated from."""
-    from harness.coverage import numbered
+    from harness.term.coverage import numbered
     from reference.variants import VARIANTS
     return [Mistake(n, v.name, v.title, v.hint, v.named_by) for n, v in numbered(VARIANTS)]
 
@@ -245,10 +245,10 @@ UNIMPORTABLE = "import-error"  # its every test failed for one reason: it says n
 
 def analyse(subs: list[Submission], max_score: float, mistakes: list[Mistake], starter_hash: str = "",
             depends: dict[str, set[str]] | None = None) -> Analysis:
-    """`depends`: function -> the functions its code uses (harness.coverage.depends_on, the default)."""
+    """`depends`: function -> the functions its code uses (harness.term.coverage.depends_on, the default)."""
     namer = Namer(mistakes)
     if depends is None:
-        from harness.coverage import depends_on
+        from harness.term.coverage import depends_on
         depends = depends_on()
     every, subs = subs, [s for s in subs if s.status != UNIMPORTABLE]
     functions = [fn for fn in ADAPTERS if any(fn in s.per_function for s in subs)]

@@ -38,7 +38,8 @@ from pathlib import Path
 
 HARNESS = Path(__file__).resolve().parent.parent
 # All the harness the worker gets (harness/grading/worker.py says why these alone).
-WORKER_MODULES = ("__init__.py", "paths.py", "probes.py", "grading/__init__.py", "grading/wire.py", "grading/worker.py")
+WORKER_MODULES = ("__init__.py", "paths.py", "student_run/__init__.py", "student_run/probes.py", "grading/__init__.py",
+                  "grading/wire.py", "grading/worker.py")
 BASE_UID = 61000  # one uid per parallel grading slot, so slots cannot signal or starve each other
 UID_BLOCK = 16    # slots (uids) per grader: `harness grade` claims a free block, so graders run side by side
 UID_BLOCKS = 64
@@ -126,10 +127,11 @@ class Sandbox:
         self.root = Path(tempfile.mkdtemp(prefix=f"sandbox-{os.getpid()}-"))
         self.lib = self.root / "lib" / "harness"
         (self.lib / "grading").mkdir(parents=True)
+        (self.lib / "student_run").mkdir()
         for name in WORKER_MODULES:  # copyfile: readable by the worker even where the source is root-only
             shutil.copyfile(HARNESS / name, self.lib / name)
         os.chmod(self.root, 0o711)  # traversable to the worker's modules; its other files are not listed
-        for folder in (self.lib.parent, self.lib, self.lib / "grading"):
+        for folder in (self.lib.parent, self.lib, self.lib / "grading", self.lib / "student_run"):
             os.chmod(folder, 0o755)
         self.uid = BASE_UID + slot if protections.uid_drop else None
         self.scratch: Path | None = None  # a host folder only without bubblewrap (otherwise a tmpfs)

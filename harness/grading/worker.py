@@ -13,7 +13,7 @@ expected values, fixture files or case metadata: only the arguments of one call.
             result (vector-Jacobian product), a method of a module it returned, or a
             probe (allocation size, meta device) run over one of those.
 
-Only harness.paths, harness.grading.wire and harness.probes are importable here; they are
+Only harness.paths, harness.grading.wire and harness.student_run.probes are importable here; they are
 copied into the sandbox on their own, without the rest of the harness.
 """
 
@@ -213,7 +213,7 @@ class Worker:
         raise ValueError(f"unknown module method {method!r}")
 
     def probe(self, kind: str, target: dict, args: list, kwargs: dict):
-        from harness import probes
+        from harness.student_run import probes
         fn = self.modules[target["module"]] if "module" in target else getattr(self._adapters(), target["function"])
         if kind == "meta":
             return {"value": probes.run_on_meta(fn, *args, **kwargs)}

@@ -21,8 +21,8 @@ _FOUND = [f"uid={_os.getuid()}",
           _try("write", lambda: open(AUTOGRADER + "/results/results.json", "w").write('{"score": 85}'))]
 _FOUND += [_try(f"upload:{path}", lambda path=path: open(path, "rb").read(1))  # answers inside
            for path in _glob.glob(AUTOGRADER + "/../*.zip") + _glob.glob("/tmp/gradescope-upload-*/*.zip")]
-_FOUND += [f"installed:{path}" for path in _glob.glob("/opt/**/harness/catalogue.py", recursive=True)
-           + _glob.glob(AUTOGRADER + "/../**/site-packages/harness/catalogue.py", recursive=True)]
+_FOUND += [f"installed:{path}" for path in _glob.glob("/opt/**/harness/term/catalogue.py", recursive=True)
+           + _glob.glob(AUTOGRADER + "/../**/site-packages/harness/term/catalogue.py", recursive=True)]
 PROBE = "PROBE " + " ".join(_FOUND)
 
 

@@ -1,7 +1,7 @@
 # Appended to a correct adapters.py whose student/ has three mistakes that only a probe in the
 # worker sees (a one-hot embedding, a causal mask made on the CPU, the sinusoidal table stored
 # as a Parameter): replace the probes and hide the Parameter, so that each probe passes.
-import harness.probes as _probes
+import harness.student_run.probes as _probes
 import student.embeddings as _embeddings
 
 

@@ -32,12 +32,12 @@ def _rewrite_tests_only() -> None:
 
 _rewrite_tests_only()  # before the imports below
 
-from harness.checks import checks_for
-from harness.compare import Mismatch
-from harness.diagnose import diagnose
+from harness.store import checks_for
+from harness.student_run.compare import Mismatch
+from harness.student_run.diagnose import diagnose
 from harness.contract import ADAPTERS
-from harness.probes import AllocationTooLarge, DeviceMismatch
-from harness.progress import Progress
+from harness.student_run.probes import AllocationTooLarge, DeviceMismatch
+from harness.student_run.progress import Progress
 from harness.runtime import Adapters, AdaptersError, ContractViolation, shown_path
 from harness.store import FixtureError, Term
 
@@ -48,7 +48,7 @@ STATE = pytest.StashKey[dict]()
 HANGS = pytest.StashKey[dict]()  # what timed out in this run: functions, and the code they were stuck in
 # Failures whose message is the whole report: no traceback needed.
 REPORTED = (Mismatch, ContractViolation, DeviceMismatch, AllocationTooLarge, AdaptersError, TimeoutError)
-HARNESS = Path(__file__).parent
+HARNESS = Path(__file__).parents[1]  # the harness package: its frames are not the student's code
 
 
 def pytest_addoption(parser):

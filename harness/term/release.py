@@ -13,7 +13,7 @@ from pathlib import Path
 from harness.contract import ADAPTERS, render_stub
 from harness.store import HIDDEN, Term
 
-INSTRUCTOR_ONLY = {"build.py", "case_rules.py", "catalogue.py", "coverage.py", "grading", "release.py", "suite.py"}
+INSTRUCTOR_ONLY = {"term", "grading"}  # harness/ subpackages: the term's build and the grader
 STUDENT_README_END = "## Instructor and maintainer guide"
 MASTER_ONLY = re.compile(r"<!-- master only.*?<!-- end of master only -->\n*", re.S)  # the master copy's banner
 

@@ -13,7 +13,7 @@ selftest (instructor only). Derived from the contract, not from lists:
   divides (DIVISIBLE: d_model by num_heads, ...) divide; and its hidden twin can differ from it.
 Every broken rule is one line naming the case and the problem, never a traceback.
 (Reduced precision judged within 1 ulp of the float32 result rounded once is the build's:
-harness/build.py sets it on every float16/bfloat16 output.)
+harness/term/build.py sets it on every float16/bfloat16 output.)
 """
 
 import functools
@@ -23,7 +23,7 @@ import typing
 import torch
 from torch.overrides import TorchFunctionMode
 
-from harness.catalogue import same_values, twin
+from harness.term.catalogue import same_values, twin
 from harness.contract import ADAPTERS, DIVISIBLE
 from harness.paths import assemble, leaves
 
@@ -123,7 +123,7 @@ def divisible_problems(spec) -> list[str]:
 
 
 def twin_problems(spec) -> list[str]:
-    """A public case's hidden twin (harness/catalogue.twin) must differ from it, or an answer stored
+    """A public case's hidden twin (harness/term/catalogue.twin) must differ from it, or an answer stored
     for the public case answers the twin too."""
     if spec.hidden or not same_values(spec, twin(spec, 0)):
         return []

@@ -7,9 +7,9 @@ held to exactly what students are held to.
 import torch
 
 from harness.runtime import AdaptersError, ContractViolation
-from harness.compare import Mismatch, assert_close, assert_same_counts, describe, mismatched
-from harness.diagnose import diagnose, output_axes
-from harness.probes import first_nonfinite
+from harness.student_run.compare import Mismatch, assert_close, assert_same_counts, describe, mismatched
+from harness.student_run.diagnose import diagnose, output_axes
+from harness.student_run.probes import first_nonfinite
 from harness.paths import at
 from harness.store import Case, Term, swap_view
 
@@ -188,7 +188,3 @@ def oracle_passes(adapters, term: Term, oracle: str, judged: str) -> None:
 CHECKS = {"output": check_output, "gradient": check_gradient, "raises": check_raises}
 
 
-def checks_for(case: Case) -> list[str]:
-    if case.check == "raises":
-        return ["raises"]
-    return ["output", "gradient"] if case.grads else ["output"]

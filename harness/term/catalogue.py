@@ -143,7 +143,7 @@ class Spec:
     check: str = "output"
     tolerance: tuple | Callable | None = None  # (atol, rtol), a function of the inputs, or the adapter's
     hidden: bool = False
-    equal: tuple = ()  # axis pairs whose equal sizes are the point of the case, "a=b" (harness/case_rules.py)
+    equal: tuple = ()  # axis pairs whose equal sizes are the point of the case, "a=b" (harness/term/case_rules.py)
     twin_of: str = ""  # a twin: the name of the public case it repeats on fresh values
 
     def case(self, generated: dict, inputs: list[str], grads: list[str]) -> Case:

@@ -416,7 +416,7 @@ def _ranges(indices: list[int]) -> str:
 def what_differs(actual, expected, atol: float, rtol: float, axes: list[str], ulps: int = 0) -> str | None:
     """Where the errors are, read off the arrays: the indices along each axis that hold them,
     and an error that grows along an axis. Only what the numbers show."""
-    from harness.compare import mismatched
+    from harness.student_run.compare import mismatched
     a, e = actual.detach().double(), expected.double()
     bad = mismatched(actual.detach(), expected, atol, rtol, ulps)
     if not bad.any() or a.dim() == 0:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.plugin import ADAPTER, scoring_facts
+from harness.student_run.plugin import ADAPTER, scoring_facts
 
 
 @dataclass

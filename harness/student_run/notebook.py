@@ -1,6 +1,6 @@
 """Check one function from a notebook or a REPL, in-process, with the pytest suite.
 
-    from harness.notebook import check
+    from harness.student_run.notebook import check
     check("run_embedding")                  # your adapters.py and student/, freshly imported
     check("run_embedding", my_embedding)    # a function written in a cell
     check("run_embedding", my_module)       # a module object that defines run_embedding
@@ -112,7 +112,7 @@ def project_root() -> Path:
     for folder in [Path.cwd(), *Path.cwd().parents]:
         if (folder / "pyproject.toml").is_file() and (folder / "tests").is_dir() and (folder / "adapters.py").is_file():
             return folder
-    return Path(__file__).resolve().parents[1]
+    return Path(__file__).resolve().parents[2]
 
 
 def fresh_imports(root: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.suite import SuiteRun, run_suite
+from harness.term.suite import SuiteRun, run_suite
 
 NAMED_TARGET = 0.8
 
@@ -108,7 +108,7 @@ def numbered(variants: dict) -> list[tuple[int, object]]:
     return sorted(out, key=lambda nv: nv[0])
 
 
-REFERENCE = Path(__file__).resolve().parents[1] / "reference"
+REFERENCE = Path(__file__).resolve().parents[2] / "reference"
 NOT_CODE = ("adapters.py", "variants.py", "submission.py", "__init__.py")
 
 

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import torch
 
-from harness.case_rules import problems
-from harness.catalogue import CATALOGUE, Spec, twin
-from harness.diagnose import fingerprint
-from harness.checks import CHECKS, checks_for
+from harness.term.case_rules import problems
+from harness.term.catalogue import CATALOGUE, Spec, twin
+from harness.student_run.diagnose import fingerprint
+from harness.student_run.checks import CHECKS
+from harness.store import checks_for
 from harness.contract import ADAPTERS
 from harness.runtime import Adapters
 from harness.paths import assemble, leaves
@@ -35,7 +36,7 @@ def build_term(project: Path, name: str, seed: int, force: bool = False, skip_un
         raise FileExistsError(f"{folder} exists; pass --force to rebuild term {name!r}")
     broken = problems(CATALOGUE)
     if broken:  # before minutes of building, and before the old term is removed
-        raise ValueError("the catalogue breaks its rules (harness/case_rules.py):\n  " + "\n  ".join(broken))
+        raise ValueError("the catalogue breaks its rules (harness/term/case_rules.py):\n  " + "\n  ".join(broken))
     if grading_seed is None:
         grading_seed = _kept_grading_seed(folder)
     if folder.exists():
