@@ -42,7 +42,10 @@ UNITS = [
     Unit("accounting", "Accounting",
          "initialise the full model (get_transformer_lm)."),
     Unit("init", "Initialisation",
-         "the model is complete: train it."),
+         "Train it: the loss, AdamW, the schedule, clipping, batches and checkpoints, then a run in which the "
+         "embeddings learn."),
+    Unit("train", "Train it",
+         "the model trains end to end: try it on real text (the notebook's training cell)."),
 ]
 
 
@@ -1075,6 +1078,16 @@ def lm_weight_shapes(vocab_size: int, d_model: int, num_layers: int, d_ff: int) 
     for i in range(num_layers):
         shapes.update(block_weight_shapes(d_model, d_ff, prefix=f"layers.{i}."))
     return {**shapes, "ln_final.weight": (d_model,), "lm_head.weight": (vocab_size, d_model)}
+
+
+# ---------------------------------------------------------------- Train it: loss, clipping, batches, checkpoints
+
+# (run_cross_entropy, run_gradient_clipping, run_get_batch, run_save_checkpoint, run_load_checkpoint)
+
+
+# ---------------------------------------------------------------- Train it: AdamW, the schedule, a training run
+
+# (get_adamw_cls, run_get_lr_cosine_schedule, the end-to-end run)
 
 
 # The docstring of each student/ module; a module not listed gets a generic one.

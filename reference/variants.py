@@ -1174,3 +1174,9 @@ class _TiedHeadModuleLM(gpt2.GPT2LM):
 
 register("tied_head_module", "a tied lm_head module sharing token_embeddings.weight (nanoGPT's style)",
          correct=True, gpt2__GPT2LM=_TiedHeadModuleLM)
+
+
+# ================================================================ Train it: the loss, clipping, batches, checkpoints
+
+
+# ================================================================ Train it: AdamW, the schedule, the end-to-end run

@@ -664,5 +664,13 @@ ACCOUNTING = [
          batch_size=3, kv_cache_dtype="bfloat16"),
 ]
 
-CATALOGUE: list[Spec] = UNIT_2_1 + UNIT_2_2 + UNIT_2_5 + MODEL + GPT2 + ACCOUNTING
+# Train it: the loss, clipping, batches, checkpoints.
+TRAIN_PIECES: list[Spec] = [
+]
+
+# Train it: AdamW, the schedule, the end-to-end run.
+TRAIN_RUN: list[Spec] = [
+]
+
+CATALOGUE: list[Spec] = UNIT_2_1 + UNIT_2_2 + UNIT_2_5 + MODEL + GPT2 + ACCOUNTING + TRAIN_PIECES + TRAIN_RUN
 
