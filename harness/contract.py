@@ -97,6 +97,7 @@ class Adapter:
     tolerance: tuple | Callable = DEFAULT_TOLERANCE
     stub: str = ""    # the student-side definition the glue calls, without a body ("" if another adapter's)
     example: dict | None = None  # a module builder's arguments where the suite builds one (it has no cases)
+    drills: tuple[str, ...] = ()  # an entry point's: the contract functions that exercise it (see `adapter`)
 
     @property
     def signature(self) -> inspect.Signature:
@@ -113,9 +114,15 @@ class Adapter:
         return f"run_{self.name.removeprefix('get_')}" if self.builder else ""
 
     @property
+    def entry_point(self) -> bool:
+        """A function no fixture can store (it returns a class, works in place, draws at random or writes a
+        file): it has no cases, tests or points of its own; its drills exercise it and carry them."""
+        return bool(self.drills)
+
+    @property
     def symbols(self) -> set[str]:
-        """The `module.Symbol`s of the student package the glue calls."""
-        return set(re.findall(r"\bimpl\.(\w+\.\w+)\(", self.glue))
+        """The `module.Symbol`s of the student package the glue calls (or returns, as a class)."""
+        return set(re.findall(r"\bimpl\.(\w+\.\w+)\b", self.glue))
 
     @property
     def float_args(self) -> list[str]:
@@ -131,17 +138,25 @@ ADAPTERS: dict[str, Adapter] = {}
 
 
 def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAULT_TOLERANCE, stub: str = "",
-            example: dict | None = None):
+            example: dict | None = None, drills: tuple[str, ...] = ()):
     """Declare one adapter: its unit, the student/ module and `glue` body the rendered
     adapters use, its points, its output tolerance and its student stub; for a module builder,
-    the arguments the suite builds it with (`example`)."""
+    the arguments the suite builds it with (`example`).
+
+    An entry point (CS336's `get_adamw_cls`, `run_gradient_clipping`, ...) keeps the signature a course's
+    own tests call, but returns a class, works in place, draws at random or writes a file, so no fixture
+    can store what it does. `drills` names the contract functions that exercise it, tensors in and
+    tensors out: they hold its cases, tests and points (so they also run, unchanged, in the grading
+    worker), and it has none (points=0)."""
     if unit not in {u.key for u in UNITS}:  # else the function silently vanishes from the progress table
         raise ValueError(f"unknown unit {unit!r}; the units are {', '.join(repr(u.key) for u in UNITS)} "
                          "(add a Unit to UNITS in harness/contract.py for a new one)")
+    if drills and points:
+        raise ValueError(f"an entry point's points are its drills' ({', '.join(drills)}): give it points=0")
 
     def register(spec):
         ADAPTERS[spec.__name__] = Adapter(spec.__name__, unit, spec, textwrap.dedent(glue).strip(), module,
-                                          points, tolerance, textwrap.dedent(stub).strip(), example)
+                                          points, tolerance, textwrap.dedent(stub).strip(), example, tuple(drills))
         order = [u.key for u in UNITS]
         ranked = sorted(ADAPTERS.values(), key=lambda a: order.index(a.unit))  # stable: declaration order within
         ADAPTERS.clear()

@@ -20,7 +20,8 @@ from harness.term.catalogue import CATALOGUE
 from harness.contract import ADAPTERS
 
 BUILDERS = [n for n, a in ADAPTERS.items() if a.builder]
-FUNCTIONS = [n for n in ADAPTERS if n not in BUILDERS]
+ENTRY_POINTS = [n for n, a in ADAPTERS.items() if a.entry_point]
+FUNCTIONS = [n for n in ADAPTERS if n not in BUILDERS and n not in ENTRY_POINTS]
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,18 @@ def test_builder_has_property_tests(collected, name):
     assert own, f"{name} returns a module: give it property tests in tests/ marked adapter({name!r})"
 
 
-@pytest.mark.parametrize("name", list(ADAPTERS))
+@pytest.mark.parametrize("name", ENTRY_POINTS)
+def test_entry_point_is_exercised_by_its_drills(name):
+    """Each drill exists, has cases, and its glue calls what the entry point's glue calls."""
+    point = ADAPTERS[name]
+    for drill in point.drills:
+        assert drill in ADAPTERS and not ADAPTERS[drill].entry_point, f"{name}: drill {drill!r} is not a contract function"
+        assert point.symbols <= ADAPTERS[drill].symbols, \
+            f"{name}: the glue of its drill {drill} must call {', '.join(sorted(point.symbols - ADAPTERS[drill].symbols))}"
+        assert [s for s in CATALOGUE if s.function == drill], f"{name}: its drill {drill} has no cases"
+
+
+@pytest.mark.parametrize("name", [n for n in ADAPTERS if n not in ENTRY_POINTS])
 def test_function_has_a_device_probe(collected, name):
     assert [n for n, a in collected.items() if a == name and n.startswith("tests/test_devices.py")], \
         f"{name} has no meta-device probe in tests/test_devices.py"

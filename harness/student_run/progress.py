@@ -106,7 +106,7 @@ class Progress:
         lines = [f"Progress: term {self.term.name}{about}"]
         if self.term.name != self.pinned:
             lines.append(f"  note: this release pins term {self.pinned}; you ran {self.term.name}.")
-        if later := [n for n in ADAPTERS if n not in self.covered]:
+        if later := [n for n, a in ADAPTERS.items() if n not in self.covered and not a.entry_point]:
             lines.append(f"  note: term {self.term.name} does not cover {', '.join(later)} (built before "
                          "the contract had it): not run, and not in its points.")
         hidden = {} if self.term.hidden_loaded else self.term.hidden_counts
