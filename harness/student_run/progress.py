@@ -120,9 +120,10 @@ class Progress:
                 counts = self.results[name]
                 ran = sum(counts.values())
                 unrun = self.unrun(name)
-                note = f"  {unrun} not run" if unrun else ""
-                lines.append(f"  {name:<38} {self.status(name):<16} {counts['passed']:>3}/{ran:<3} tests "
-                             f"{self.points_column(name, hidden.get(name, 0))}{note}")
+                # Points only for a function whose tests all ran: a part of them would read as a deduction.
+                column = f" {unrun} not run: its points once they all run" if unrun else \
+                    self.points_column(name, hidden.get(name, 0))
+                lines.append(f"  {name:<38} {self.status(name):<16} {counts['passed']:>3}/{ran:<3} tests {column}")
             done = [n for n in members if self.unrun(n) == 0 and n in self.results and self.status(n) == "passed"]
             if len(done) == len(members):
                 lines.append(f"  -> every function passes. Next: {unit.next_step}")
@@ -145,9 +146,9 @@ class Progress:
         """The total, and how hidden cases add to it."""
         functions = [n for n in self.covered if n in self.totals] or list(self.covered)
         total = sum(self.covered[n]["points"] for n in functions)
-        earned = sum(self.points(n) for n in self.results)
+        earned = sum(self.points(n) for n in self.results if not self.unrun(n))
         public = sum(self.max_public_points(n) for n in functions)
-        scope = "" if self.full_run() else " that ran"
+        scope = "" if self.full_run() else " of the functions whose tests all ran"
         lines = [f"Total: {earned:.1f}/{total:g} points from the public tests{scope}, an estimate: as if each "
                  "hidden twin passes as its public case did (the grade counts fresh values only)"]
         if hidden:
