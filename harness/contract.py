@@ -10,6 +10,7 @@ adapter call is checked against the annotations at run time, and the progress ta
 groups functions by unit.
 """
 
+import importlib
 import inspect
 import re
 import textwrap
@@ -1150,14 +1151,25 @@ def render_adapters(package: str) -> str:
         "Each function's signature and docstring is the contract the tests check.\n"
         "Do not change the signatures; change the code in the package if you need to.\n"
         'This file is rendered from harness/contract.py.\n"""\n\n'
+        "import importlib\n\n"
         "import torch\n"
         "from jaxtyping import Bool, Float, Int\n"
-        "from torch import Tensor\n\n"
-        f"import {package} as impl\n"
-        + "".join(f"import {package}.{m}  # noqa: F401\n" for m in modules)
-        + "\n\n" + inspect.getsource(with_weights)
+        "from torch import Tensor\n"
+        "\n\n" + inspect.getsource(Package) + f"\n\nimpl = Package({package!r})  # {', '.join(modules)}\n"
+        "\n\n" + inspect.getsource(with_weights)
     )
     return header + "".join("\n\n" + _render_one(a) for a in ADAPTERS.values())
+
+
+class Package:
+    """`impl.rope` imports rope.py of the package at its first use: a file that fails to import
+    stops only the functions that use it, and its error names the file and line."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __getattr__(self, module: str):
+        return importlib.import_module(f"{self.name}.{module}")
 
 
 def with_weights(module: torch.nn.Module, weights: dict, *inputs):

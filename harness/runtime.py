@@ -31,6 +31,10 @@ class AdaptersError(Exception):
     """The adapters module cannot be loaded or lacks a contract function."""
 
 
+class StudentImportError(AdaptersError):
+    """A file of the student's package failed to import when a function first used it."""
+
+
 class ContractViolation(AssertionError):
     """An adapter was called or returned outside its declared signature."""
 
@@ -66,6 +70,22 @@ def load_module(target: str, explicit: bool = True):
         raise AdaptersError(f"importing adapters {target!r} failed{' at ' + where if where else ''}: "
                             f"{type(e).__name__}: {e}{missing}") from None
     return getattr(module, attribute) if attribute else module
+
+
+def _missing_file_hint(error: BaseException) -> str:
+    name = getattr(error, "name", None) or ""
+    if isinstance(error, ModuleNotFoundError) and name.count(".") == 1 and name.split(".")[0] in ("student", "reference"):
+        return (f"\n  {name.replace('.', '/')}.py is missing: `python -m harness contract` writes the stubs of "
+                "files a newer contract added")
+    return ""
+
+
+def _raised_by_import(error: BaseException) -> bool:
+    """The error came out of the import system: a module of the student's package failing to import."""
+    if isinstance(error, TypeCheckError) or getattr(error, "__module__", "") == "harness.runtime":
+        return False
+    return isinstance(error, ImportError) or any(f.filename.startswith("<frozen importlib") for f in
+                                                 traceback.extract_tb(error.__traceback__))
 
 
 def failing_line(error: BaseException) -> str:
@@ -133,6 +153,14 @@ def checked(adapter: Adapter, impl):
             if _field(message, "Actual value") == "None" and "return value" in message:
                 source = returned_none(adapter, impl, args, kwargs)
             raise ContractViolation(explain(adapter, message, source)) from None
+        except Exception as e:  # noqa: BLE001  (only a failed import is rewritten; the rest re-raised as is)
+            if not _raised_by_import(e):
+                raise
+            where = failing_line(e)
+            raise StudentImportError(
+                f"{adapter.name} cannot run: its code does not import{' (' + where + ')' if where else ''}: "
+                f"{type(e).__name__}: {e}\n  only the functions whose code is in that file are stopped; "
+                "fix it and they run again" + _missing_file_hint(e)) from None
         _check_every_entry(adapter, out)
         return out
     call.__name__ = adapter.name

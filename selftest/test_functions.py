@@ -80,7 +80,7 @@ def built(cls: str) -> torch.nn.Module:
             continue
         defaults = {n: p.default for n, p in a.signature.parameters.items() if p.default is not p.empty}
         values = a.example or {**first.args, **first.generate(0)}  # tensors too: the glue may pass x.device
-        return eval(ast.unparse(calls[0]), {**defaults, **values, "impl": importlib.import_module("reference")})
+        return eval(ast.unparse(calls[0]), {**defaults, **values, "impl": importlib.import_module("reference.adapters").impl})
     raise AssertionError(f"no adapter builds {cls} with arguments: give a function whose glue builds it a public "
                          "case in harness/term/catalogue.py, or its builder example= in harness/contract.py")
 

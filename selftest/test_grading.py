@@ -203,10 +203,15 @@ def test_probes_run_in_the_worker_and_still_catch_a_cpu_mask(graded):
     assert device["run_linear: test_function_runs_on_meta_device[run_linear]"]["status"] == "passed"
 
 
-def test_syntax_error_gets_zero_with_the_reason(graded):
-    assert graded["results"]["syntax_error"].score == 0
+def test_a_file_that_does_not_import_costs_only_the_functions_that_use_it(graded):
+    """attention.py holds a syntax error: its functions, and those whose code imports it, fail with the
+    reason; embeddings.py's keep their points."""
+    assert graded["results"]["syntax_error"].status == "ok"
+    scores = per_function(graded, "syntax_error")
+    assert scores["run_silu"] == 0 and scores["run_embedding"] == pytest.approx(ADAPTERS["run_embedding"].points)
     tests = _results_json(graded, "syntax_error")["tests"]
-    assert tests and all("SyntaxError" in t["output"] for t in tests if t["visibility"] == "visible")
+    silu = [t for t in tests if t["visibility"] == "visible" and t["name"].startswith("run_silu:")]
+    assert silu and all("SyntaxError" in t["output"] for t in silu)
 
 
 def test_edited_official_files_are_reported_and_ignored(graded):

@@ -3,13 +3,14 @@ error, any folder, xdist, a first run that fits on a screen, the README, noteboo
 
 import contextlib
 import io
+import os
 import re
 import shutil
 import sys
 
 import pytest
 
-from conftest import PROJECT, reference_as_student
+from conftest import PROJECT, edit, reference_as_student
 from harness.term.suite import run_suite as _run_suite
 from harness.contract import ADAPTERS, UNITS
 from harness.student_run.notebook import check
@@ -295,12 +296,14 @@ def test_a_hang_costs_one_timeout_per_function_and_names_its_line(tmp_path, clea
      "from student.embeddings import embeding_lookup"),
 ], ids=["missing-package", "misspelt-name"])
 def test_a_failing_import_names_the_file_and_line(tmp_path, clean_imports, target, old, new, line):
+    """It stops the functions whose code is in that file (or imports it), once each; the others run."""
     sub = _submission(tmp_path, target, old, new)
     code, out = pytest_in(PROJECT, f"--adapters={sub / 'adapters.py'}")
-    lines = [x for x in out.splitlines() if x.strip()]
-    assert code == 4 and len(lines) == 1, out
     number = (sub / "student" / target).read_text().splitlines().index(line) + 1
-    assert f"student/{target}:{number} (`{line}`)" in out and "Pass a dotted" not in out, out
+    said = re.findall(rf"^(\w+) cannot run: its code does not import \(student/{target}:{number} \(`{re.escape(line)}`\)\)",
+                      out, re.M)
+    assert code == 1 and "run_swiglu" in said and len(said) == len(set(said)), out  # once per function
+    assert re.search(r"^  run_embedding +passed ", out, re.M) and "Pass a dotted" not in out, out
 
 
 def test_the_dotted_name_hint_only_follows_adapters_given(tmp_path):
@@ -411,3 +414,20 @@ def test_the_table_splits_points_as_grading_does():
     assert re.search(r"run_embedding +failed +16/17 +tests", out), out
     assert points == _table_points(run_suite("--adapters=reference.adapters", "--function", "run_embedding").output)[
         "run_embedding"] > 0, out  # what the reference earns here
+
+
+def test_a_file_that_does_not_import_stops_only_the_functions_that_use_it(tmp_path, clean_imports):
+    repo = reference_as_student(tmp_path / "repo")
+    shutil.copy(PROJECT / "pyproject.toml", repo)
+    for folder in ("tests", "fixtures"):
+        shutil.copytree(PROJECT / folder, repo / folder, ignore=shutil.ignore_patterns("hidden"))
+    edit(repo / "student" / "attention.py", "def silu(", "def silu(:\ndef _(")
+    import subprocess  # a fresh process: in-process runs would find the last repository's test modules
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"], cwd=repo, capture_output=True,
+                         text=True, env={**os.environ, "HARNESS_ADAPTERS": ""})
+    code, out = run.returncode, run.stdout + run.stderr
+    assert code == 1 and re.search(r"^  run_embedding +passed ", out, re.M), out  # embeddings.py imports
+    assert re.search(r"^  run_silu +failed ", out, re.M), out
+    said = re.findall(r"^run_silu cannot run: its code does not import \(student/attention\.py:\d+ \(`def silu\(:`\)\): "
+                      r"SyntaxError", out, re.M)
+    assert len(said) == 1, out  # once per function, not once per test

@@ -38,7 +38,7 @@ from harness.student_run.diagnose import diagnose
 from harness.contract import ADAPTERS
 from harness.student_run.probes import AllocationTooLarge, DeviceMismatch
 from harness.student_run.progress import Progress
-from harness.runtime import Adapters, AdaptersError, ContractViolation, shown_path
+from harness.runtime import Adapters, AdaptersError, ContractViolation, StudentImportError, shown_path
 from harness.store import FixtureError, Term
 
 ADAPTER = pytest.StashKey[str]()
@@ -425,7 +425,8 @@ def short_report(item, call, text: str) -> pytest.TestReport:
     return pytest.TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, "failed", text,
                              call.when, sections, call.duration, call.start, call.stop,
                              user_properties=item.user_properties,
-                             not_implemented=call.excinfo.errisinstance(NotImplementedError))
+                             not_implemented=call.excinfo.errisinstance(NotImplementedError),
+                             import_failed=call.excinfo.errisinstance(StudentImportError))
 
 
 @pytest.hookimpl(wrapper=True, specname="pytest_runtest_makereport")
@@ -533,7 +534,8 @@ CASE_CHECK = re.compile(r"^(.*\[.+):(\w+)\]$")
 
 
 def _condense(reports: list) -> tuple[list, list]:
-    """(the first not-implemented report of each function, the other failures grouped by case)."""
+    """(the first not-implemented report of each function, the other failures grouped by case; a
+    function whose code does not import, once)."""
     reports = sorted(reports, key=lambda r: getattr(r, "course_index", 1 << 30))
     missing, shown, by_case, seen = [], [], {}, set()
     for report in reports:
@@ -542,6 +544,11 @@ def _condense(reports: list) -> tuple[list, list]:
             if name not in seen:
                 seen.add(name)
                 missing.append(report)
+            continue
+        if getattr(report, "import_failed", False) and name:
+            if ("import", name) not in seen:
+                seen.add(("import", name))
+                shown.append(report)
             continue
         match = CASE_CHECK.match(report.nodeid)
         if match and match[1] in by_case:
