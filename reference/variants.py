@@ -892,6 +892,73 @@ register("kv_cache_dtype_ignored", "the KV cache counted at 4 bytes a value what
          hint="a KV cache counted in float32 whatever kv_cache_dtype says (bfloat16 and float16 take 2 bytes)",
          accounting__transformer_accounting=lambda *a, kv_cache_dtype="float32", **k: _reference_accounting(*a, **k))
 
+# ================================================================ found in blind trials: named, not vague
+
+class _RoPEAtArange(rope.RotaryPositionalEmbedding):
+    def forward(self, x, token_positions):
+        return super().forward(x, torch.arange(x.shape[-2], device=x.device))
+
+
+def _sdpa_float_mask(Q, K, V, mask=None):
+    return F.scaled_dot_product_attention(Q, K, V, attn_mask=None if mask is None else mask.to(Q.dtype))
+
+
+class _FusedQKV(attention.MultiHeadSelfAttention):
+    """One [3 d_model, d_model] projection, split as `split`; the contract's q, k, v are stacked (3, h, d_k)."""
+    split, mask_from_positions = "(three h e)", False
+
+    def forward(self, x, token_positions=None):
+        seq, h = x.shape[-2], self.num_heads
+        fused = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+        q, k, v = rearrange(x @ fused.T, f"... s {self.split} -> three ... h s e", three=3, h=h)
+        if token_positions is None:
+            token_positions = torch.arange(seq, device=x.device)
+        if self.rope is not None:
+            q, k = self.rope(q, token_positions.unsqueeze(-2)), self.rope(k, token_positions.unsqueeze(-2))
+        if self.mask_from_positions:  # "key j is visible when j <= my position": indices against values
+            mask = (torch.arange(seq, device=x.device) <= token_positions[..., :, None]).unsqueeze(-3)
+        else:
+            mask = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
+        out = attention.scaled_dot_product_attention(q, k, v, mask)
+        return self.output_proj(rearrange(out, "... h s e -> ... s (h e)"))
+
+
+class _LayerNormFixedEps(_LayerNorm):
+    def __init__(self, d_model, eps=1e-5, device=None, dtype=None):
+        super().__init__(d_model, 1e-5, device=device, dtype=dtype)
+
+
+register("rope_ignores_positions", "RoPE rotates by arange(seq), not token_positions",
+         hint=("RoPE that rotates every token by its index 0..seq-1 and ignores token_positions; rotate each one by "
+               "its own position, cos[token_positions], sin[token_positions]"),
+         rope__RotaryPositionalEmbedding=_RoPEAtArange)
+register("sdpa_float_mask", "a 0/1 float mask given to F.scaled_dot_product_attention",
+         hint=("a 0/1 float mask passed to F.scaled_dot_product_attention: a float attn_mask is added to the scores, "
+               "so masked keys get +0 and kept ones +1; pass the boolean mask itself (True = attend)"),
+         attention__scaled_dot_product_attention=_sdpa_float_mask)
+register("fused_qkv_heads_first", "fused QKV split as (heads, 3, d_k)",
+         hint=("the fused QKV output split as (heads, 3, d_k); torch.cat([W_q, W_k, W_v]) stacks q, k and v first, "
+               "so split it as (3, heads, d_k): '... s (three h e) -> three ... h s e'"),
+         attention__MultiHeadSelfAttention=_set(_FusedQKV, split="(h three e)"))
+register("causal_mask_from_position_values", "the causal mask compares key indices with token_positions' values",
+         hint=("a causal mask built from token_positions' values (key j visible when j <= position): positions say "
+               "how far RoPE rotates, not which keys a query sees; build it from indices, tril(ones(seq, seq))"),
+         attention__MultiHeadSelfAttention=_set(_FusedQKV, mask_from_positions=True))
+register("fused_qkv", "fused QKV projection, split (3, heads, d_k), positions by index", correct=True,
+         attention__MultiHeadSelfAttention=_FusedQKV)
+register("layernorm_eps_fixed", "LayerNorm with eps fixed at 1e-5",
+         hint="LayerNorm with eps fixed at 1e-5; use the eps it is built with (run_layernorm's `eps`)",
+         gpt2__LayerNorm=_LayerNormFixedEps)
+register("gelu_tanh_sqrt_two_pi", "tanh GELU with sqrt(2 pi) for sqrt(2 / pi)",
+         hint="the tanh GELU with sqrt(2*pi) inside; the formula has sqrt(2/pi): tanh(sqrt(2/pi) (x + 0.044715 x^3))",
+         gpt2__gelu=lambda x, approximate="none": _reference_gelu(x) if approximate == "none" else
+         0.5 * x * (1 + torch.tanh(math.sqrt(2 * math.pi) * (x + 0.044715 * x.pow(3)))))
+register("gelu_erf_without_sqrt2", "exact GELU as erf(x) for erf(x / sqrt(2))",
+         hint="the exact GELU with erf(x); the normal CDF is (1 + erf(x / sqrt(2))) / 2",
+         gpt2__gelu=lambda x, approximate="none": 0.5 * x * (1 + torch.erf(x)) if approximate == "none" else
+         _reference_gelu(x, approximate))
+
+
 # ================================================================ correct alternatives
 
 def _f_embedding(weights, token_ids):
