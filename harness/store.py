@@ -124,6 +124,12 @@ class Term:
                                 for f in self.hidden_counts})
 
     @property
+    def uses(self) -> dict[str, list[str]]:
+        """Function -> the functions the reference's code for it uses (run_transformer_block -> run_softmax,
+        ...), recorded at build time; {} for a term built before the record."""
+        return self.manifest.get("uses", {})
+
+    @property
     def scored_hidden(self) -> dict[str, int]:
         """Hidden tests per function that carry points: its own hidden cases' checks (not the twins')."""
         return self.manifest.get("scored_hidden", {})

@@ -431,3 +431,25 @@ def test_a_file_that_does_not_import_stops_only_the_functions_that_use_it(tmp_pa
     said = re.findall(r"^run_silu cannot run: its code does not import \(student/attention\.py:\d+ \(`def silu\(:`\)\): "
                       r"SyntaxError", out, re.M)
     assert len(said) == 1, out  # once per function, not once per test
+
+
+def test_a_cascade_is_one_line_per_function_that_names_what_to_fix_first():
+    """run_transformer_block fails because the attention it uses fails: its reports fold into one line,
+    keeping its own Likely cause; run_embedding, which uses nothing that fails, is left as it is."""
+    from types import SimpleNamespace
+    from harness.student_run.plugin import _cascades
+
+    def report(name, text):
+        return SimpleNamespace(adapter=name, longrepr=text)
+    shown = [report("run_embedding", "embedding numbers"),
+             report("run_scaled_dot_product_attention", "attention numbers"),
+             report("run_transformer_block", "block numbers\nLikely cause: no 1/sqrt(d_k) scale"),
+             report("run_transformer_block", "block numbers again")]
+    uses = {"run_transformer_block": ["run_linear", "run_scaled_dot_product_attention"], "run_embedding": []}
+    out = _cascades(shown, uses)
+    assert [r.longrepr for r in out[:2]] == ["embedding numbers", "attention numbers"]
+    assert len(out) == 3 and out[2].longrepr == (
+        "run_transformer_block: 2 failing cases; fix run_scaled_dot_product_attention first: run_transformer_block "
+        "uses it, and it fails too. `pytest --function run_transformer_block` shows these in full.\n"
+        "Likely cause: no 1/sqrt(d_k) scale")
+    assert _cascades(shown, {}) == shown  # a term built before the record: nothing folds

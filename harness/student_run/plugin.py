@@ -513,6 +513,8 @@ def pytest_terminal_summary(terminalreporter, config):
     every = stats.get("failed", [])
     if progress is not None and every:
         missing, shown = _condense(every)
+        if not config.getoption("--function"):  # asked for by name: its own reports, whatever it uses
+            shown = _cascades(shown, config.stash[STATE]["term"].uses)
         if missing:
             plural = "s" if len(missing) > 1 else ""
             terminalreporter.write_sep("=", f"not implemented yet: {len(missing)} function{plural}, marked in the "
@@ -531,6 +533,30 @@ def pytest_terminal_summary(terminalreporter, config):
 # (blind trial: "no gradient reaches `ln2.weight`" was folded away under an output check's numbers).
 TELLING = ("no gradient reaches", "Likely cause:", "Non-finite:")
 CASE_CHECK = re.compile(r"^(.*\[.+):(\w+)\]$")
+
+
+def _cascades(shown: list, uses: dict[str, list[str]]) -> list:
+    """A function that fails while a function it uses (by the reference's code) fails too: its reports
+    become one line that says which to fix first, keeping a `Likely cause:` of its own."""
+    failing = [n for n in ADAPTERS if any(getattr(r, "adapter", None) == n for r in shown)]
+    out, folded = [], {}
+    for report in shown:
+        name = getattr(report, "adapter", None)
+        first = [g for g in failing if g in uses.get(name, ())]
+        if not first:
+            out.append(report)
+        elif name in folded:
+            folded[name][1] += 1
+        else:
+            folded[name] = [copy.copy(report), 1, first]
+            out.append(folded[name][0])
+    for name, (report, count, first) in folded.items():
+        own = [line for line in str(report.longrepr).splitlines() if line.startswith("Likely cause:")][:1]
+        also = f" (as do {', '.join(first[1:3])}{' and more' if len(first) > 3 else ''})" if first[1:] else ""
+        report.longrepr = "\n".join([
+            f"{name}: {count} failing case{'s' if count > 1 else ''}; fix {first[0]} first: {name} uses it, and it "
+            f"fails too{also}. `pytest --function {name}` shows these in full.", *own])
+    return out
 
 
 def _condense(reports: list) -> tuple[list, list]:

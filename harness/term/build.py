@@ -14,6 +14,7 @@ from harness.term.catalogue import CATALOGUE, Spec, twin
 from harness.student_run.diagnose import fingerprint
 from harness.student_run.checks import CHECKS
 from harness.store import checks_for
+from harness.term.coverage import depends_on
 from harness.contract import ADAPTERS
 from harness.runtime import Adapters
 from harness.paths import assemble, leaves
@@ -59,8 +60,10 @@ def build_term(project: Path, name: str, seed: int, force: bool = False, skip_un
     hints = {v.name: v.hint for v in mistakes if v.hint}
     hidden_tests = {f: sum(len(checks_for(c)) for c, _ in hidden if c.function == f) for f in counts}
     functions = covered([c for c, _ in public], hidden_tests)  # its points stay its own (Term.functions)
+    uses = {f: sorted(used & set(functions), key=list(functions).index) for f, used in depends_on().items()
+            if f in functions and used & set(functions)}  # the student run's "fix X first" (a cascade)
     write_term(folder, {**meta, "hidden_counts": counts, "scored_hidden": scored, "functions": functions,
-                        "hints": hints}, *_split(public))
+                        "uses": uses, "hints": hints}, *_split(public))
     write_term(folder / HIDDEN, {**meta, "grading_seed": grading_seed,
                                  "built_by": f"{meta['built_by']} --grading-seed {grading_seed}"}, *_split(hidden))
     return folder
