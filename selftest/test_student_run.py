@@ -206,6 +206,8 @@ def test_check_takes_a_function_from_a_cell_and_returns_results(monkeypatch):
         return (token_ids[..., None] == __import__("torch").arange(vocab_size)).float() @ weights
     bad = check("run_embedding", one_hot, quiet=True)
     assert not bad.ok and bad.passed and any("one-hot" in t.message for t in bad.failed), bad.report
+    probe = [t.message for t in bad.failed if "one-hot" in t.message]  # the allocation probe: report-only
+    assert probe and all("(report-only: the verdict rests on what your code reports" in m for m in probe), probe
 
 
 def test_check_tests_the_files_as_they_are_now(tmp_path, monkeypatch, forget_other_repositories):

@@ -440,7 +440,20 @@ def pytest_runtest_makereport_tag(item, call):
                            for title, text in report.sections]
         report.carries_points = carries_points(item)
         report.check = check_of(item)
+        if report.failed and item.get_closest_marker("reports_only"):
+            _label(report, REPORTS_ONLY)
     return report
+
+
+REPORTS_ONLY = ("(report-only: the verdict rests on what your code reports about itself, so grading gives it "
+                "no points; the mistake it names is still real)")
+
+
+def _label(report, line: str) -> None:
+    if isinstance(report.longrepr, str):
+        report.longrepr = f"{report.longrepr}\n{line}"
+    elif hasattr(report.longrepr, "addsection"):
+        report.longrepr.addsection("report-only", line)
 
 
 HEAD, TAIL, WIDTH = 10, 5, 300  # captured output kept per failure: lines from each end, characters a line
