@@ -455,3 +455,23 @@ def test_a_cascade_is_one_line_per_function_that_names_what_to_fix_first():
         "uses it, and it fails too. `pytest --function run_transformer_block` shows these in full.\n"
         "Likely cause: no 1/sqrt(d_k) scale")
     assert _cascades(shown, {}) == shown  # a term built before the record: nothing folds
+
+
+def test_the_suite_runs_on_one_thread_and_gives_the_count_back(monkeypatch):
+    """Tiny tensors: a second thread only waits (on a busy machine the whole run took 3x as long). An
+    in-process run (a notebook's check()) restores the count; OMP_NUM_THREADS, where set, decides."""
+    import torch
+    from harness.student_run.plugin import _one_thread
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        torch.set_num_threads(2)
+        assert _one_thread() == 2 and torch.get_num_threads() == 1
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")
+        torch.set_num_threads(2)
+        assert _one_thread() is None and torch.get_num_threads() == 2
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        code, out = pytest_in(PROJECT, "--adapters", "reference.adapters", "--function", "run_silu")
+        assert code == 0 and torch.get_num_threads() == 2, out
+    finally:
+        torch.set_num_threads(before)
