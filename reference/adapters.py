@@ -117,7 +117,9 @@ def run_sinusoidal_positions(
         extends does not prove that a trained model extrapolates to longer inputs.
         For a fixed offset k, PE[p + k] is a fixed rotation of each (sin, cos) pair
         of PE[p]: that is what lets attention relate offsets, yet the encoding is
-        still absolute, one vector per position. RoPE, unlike this, rotates Q and K.
+        still absolute, one vector per position. Relative schemes add no vector per
+        position: RoPE rotates Q and K, and ALiBi and T5 add a bias to the attention
+        scores that depends on the offset only (run_alibi_bias, run_t5_relative_bias).
     """
     return impl.embeddings.sinusoidal_positions(d_model, token_positions)
 
