@@ -253,7 +253,7 @@ def run_t5_relative_bias(
             n >= max_exact * (max_distance / max_exact) ** (k / (half - max_exact)),
         so buckets grow logarithmically and every n >= max_distance shares the last one (half - 1).
         This is T5's floor(log(n / max_exact) / log(max_distance / max_exact) * (half - max_exact)),
-        read in exact arithmetic. The tests use settings whose boundaries are no integer (the nearest
+        read in exact arithmetic. The tests use settings whose boundaries fall on no integer (the nearest
         distance is more than 1e-3 of a bucket from one), so that formula in float32 or float64 gives
         these buckets. T5's own default (32 buckets, max_distance 128, bidirectional) puts boundaries
         exactly on 16, 32 and 64, where a floating-point log can land on either side.
