@@ -320,7 +320,8 @@ class _T5Embedding(positions.T5RelativeBias):
 
 
 register("alibi_slopes_reversed", "ALiBi slopes in reverse order",
-         hint="ALiBi slopes in reverse order; head h = 1 .. num_heads gets 2^(-8 h / num_heads), the largest first",
+         hint=("ALiBi slopes in reverse order; for a power of 2, head h = 1 .. num_heads gets 2^(-8 h / num_heads), "
+               "so head 1 has the largest"),
          positions__alibi_slopes=lambda num_heads: _alibi_slopes(num_heads).flip(0))
 register("alibi_slopes_from_zero", "ALiBi slopes counted from head 0",
          hint="slopes counted from h = 0 (the first slope is 1); head h = 1 .. num_heads gets 2^(-8 h / num_heads)",
