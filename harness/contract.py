@@ -275,7 +275,9 @@ def run_sinusoidal_positions(
         extends does not prove that a trained model extrapolates to longer inputs.
         For a fixed offset k, PE[p + k] is a fixed rotation of each (sin, cos) pair
         of PE[p]: that is what lets attention relate offsets, yet the encoding is
-        still absolute, one vector per position. RoPE, unlike this, rotates Q and K.
+        still absolute, one vector per position. Relative schemes add no vector per
+        position: RoPE rotates Q and K, and ALiBi and T5 add a bias to the attention
+        scores that depends on the offset only (run_alibi_bias, run_t5_relative_bias).
     """
 
 
@@ -347,6 +349,111 @@ def get_sinusoidal_positions(max_len: int, d_model: int) -> torch.nn.Module:
     run_sinusoidal_positions. The precomputed table is a buffer
     (register_buffer(..., persistent=False)), not a Parameter: the module has 0
     parameters, and .to(device) moves the table with it.
+    """
+
+
+# Relative schemes, the third position family: no vector per position, a bias on each attention score
+# that depends only on the offset j - i between key j and query i.
+
+@adapter("2.1", "positions", "return impl.positions.alibi_slopes(num_heads)", points=2,
+         stub="def alibi_slopes(num_heads: int) -> torch.Tensor:")
+def run_alibi_slopes(num_heads: int) -> Float[Tensor, "heads"]:
+    """ALiBi's slope of every head (Press et al., "Train Short, Test Long"), as their get_slopes.
+
+    For a power of two n = num_heads, head h = 1 .. n gets 2^(-8 h / n): a geometric sequence
+    that starts at 2^(-8 / n) and has that same ratio. With 8 heads: 1/2, 1/4, ..., 1/256.
+
+    For any other n, with c the largest power of two below n: the c slopes of c heads, then
+    every other slope of 2c heads, starting with its first, for the remaining n - c heads
+    (2c's slopes 1, 3, 5, ...). With 6 heads: the 4 slopes of 4 heads (2^-2, 2^-4, 2^-6, 2^-8),
+    then 2^-1 and 2^-3 (slopes 1 and 3 of 8 heads).
+
+    Returns:
+        float32 [num_heads] in that order (decreasing only for a power of two), on torch's default
+        device (no tensor goes in).
+    """
+
+
+@adapter("2.1", "positions", "return impl.positions.alibi_bias(num_heads, seq_len)", points=2,
+         stub="def alibi_bias(num_heads: int, seq_len: int) -> torch.Tensor:")
+def run_alibi_bias(num_heads: int, seq_len: int) -> Float[Tensor, "heads seq seq"]:
+    """ALiBi's additive attention bias: bias[h, i, j] = -slope_h * |i - j|.
+
+    A relative scheme: unlike learned absolute positions (a trained row per position) and fixed
+    sinusoidal ones (a vector per position added to the input), ALiBi adds nothing to the token
+    vectors. Each head adds this bias to its scores, softmax(Q K^T / sqrt(d_k) + bias), and it
+    depends only on the offset j - i, never on i itself. slope_h is run_alibi_slopes(num_heads)[h].
+
+    Axes: [heads, queries, keys]; query i and key j are positions 0 .. seq_len-1. The sign: a key
+    at distance |i - j| costs slope_h * |i - j|, so the bias is 0 on the diagonal and negative
+    elsewhere: nearer keys weigh more, and steep heads look only nearby.
+
+    Causal use (Press et al.'s decoder): a causal mask hides the keys j > i, so only the lower
+    triangle counts, where the bias is -slope_h * (i - j), query minus key. The upper triangle
+    holds the same distances, so the bias also serves an encoder without a mask. (Their code adds
+    slope_h * j to every row instead: the softmax is the same, the bias is not, and this function
+    returns the bias.)
+
+    Returns:
+        float32 [num_heads, seq_len, seq_len], on torch's default device (no tensor goes in).
+
+    Notes:
+        The formula extends to any seq_len, far beyond the lengths a model trained on; that it
+        computes says nothing of whether a trained model keeps working there.
+    """
+
+
+@adapter("2.1", "positions", """
+    module = impl.positions.T5RelativeBias(num_heads, num_buckets, max_distance, bidirectional)
+    return with_weights(module, {'weight': weight}, seq_len)
+""", points=3, stub='''
+    class T5RelativeBias(nn.Module):
+        """One parameter, `weight` [num_buckets, num_heads]: a learned bias per bucket and head.
+
+        forward(seq_len) -> [num_heads, seq_len, seq_len]; buckets as run_t5_relative_bias says.
+        """
+
+        def __init__(self, num_heads: int, num_buckets: int, max_distance: int, bidirectional: bool = True):
+''')
+def run_t5_relative_bias(
+    num_heads: int,
+    num_buckets: int,
+    max_distance: int,
+    bidirectional: bool,
+    seq_len: int,
+    weight: Float[Tensor, "num_buckets heads"],
+) -> Float[Tensor, "heads seq seq"]:
+    """T5's bucketed relative position bias: bias[h, i, j] = weight[bucket(j - i), h].
+
+    A relative scheme with a learned table: one trained bias per bucket of offsets and per head,
+    added to that head's attention scores. Unlike a learned absolute table it has no row per
+    position, only per offset bucket, so the same table serves every position and every seq_len.
+
+    The bucket of query i and key j, with r = j - i (key minus query, T5's memory - context):
+        bidirectional: half = num_buckets // 2; keys after the query (r > 0) use buckets
+            half .. 2 half - 1, the others (r <= 0, the query itself too) 0 .. half - 1;
+            the distance is n = |r|.
+        causal (bidirectional=False): half = num_buckets, and n = max(i - j, 0): keys after the
+            query, which a causal mask hides anyway, share bucket 0.
+        Within a half, with max_exact = half // 2: a distance n < max_exact has its own bucket n.
+        A larger n goes to bucket max_exact + k, for the largest k in 0 .. half - max_exact - 1 with
+            n >= max_exact * (max_distance / max_exact) ** (k / (half - max_exact)),
+        so buckets grow logarithmically and every n >= max_distance shares the last one (half - 1).
+        This is T5's floor(log(n / max_exact) / log(max_distance / max_exact) * (half - max_exact)),
+        read in exact arithmetic. The tests use settings whose boundaries fall on no integer (the nearest
+        distance is more than 1e-3 of a bucket from one), so that formula in float32 or float64 gives
+        these buckets. T5's own default (32 buckets, max_distance 128, bidirectional) puts boundaries
+        exactly on 16, 32 and 64, where a floating-point log can land on either side.
+
+    Args:
+        num_heads, num_buckets, max_distance, bidirectional: T5's settings (its encoder is
+            bidirectional, its decoder causal).
+        seq_len: queries and keys are positions 0 .. seq_len-1.
+        weight: the learned [num_buckets, num_heads] table (an nn.Embedding's layout in T5).
+
+    Returns:
+        [num_heads, seq_len, seq_len] in weight's dtype, on weight's device. Gradients reach
+        `weight`, summed over every (i, j) in a bucket.
     """
 
 
@@ -427,6 +534,38 @@ def run_scaled_dot_product_attention(
 
     Returns:
         [..., queries, d_v].
+    """
+
+
+# In Unit 2.2 beside the SDPA it extends: the relative biases of Unit 2.1 (ALiBi, T5) plug in here.
+@adapter("2.2", "attention", """
+    return impl.attention.attention_with_bias(Q, K, V, bias, mask)
+""", points=3, stub="def attention_with_bias(Q, K, V, bias, mask=None):")
+def run_attention_with_bias(
+    Q: Float[Tensor, "... queries d_k"],
+    K: Float[Tensor, "... keys d_k"],
+    V: Float[Tensor, "... keys d_v"],
+    bias: Float[Tensor, "... queries keys"],
+    mask: Bool[Tensor, "... queries keys"] | None = None,
+) -> Float[Tensor, "... queries d_v"]:
+    """softmax(Q K^T / sqrt(d_k) + bias + mask_term) V: attention with an additive score bias.
+
+    This is how relative schemes enter attention: run_alibi_bias or run_t5_relative_bias gives a
+    [heads, queries, keys] bias, and with Q, K, V shaped [batch, heads, seq, d] it broadcasts over
+    the batch, one bias per head. The bias is added after the 1/sqrt(d_k) scale (it is not scaled)
+    and before the softmax; the mask is as in run_scaled_dot_product_attention.
+
+    Args:
+        Q: [..., queries, d_k]; K: [..., keys, d_k]; V: [..., keys, d_v].
+        bias: float [..., queries, keys], broadcast against the scores [..., queries, keys]
+            (fewer leading dims than Q, or size-1 dims, broadcast as in torch).
+        mask: optional boolean, broadcast the same way. True means the query MAY attend to that
+            key; False positions get -inf before the softmax. Fixtures contain no fully masked row.
+
+    Returns:
+        [..., queries, d_v] in Q's dtype. With float16 or bfloat16 inputs, compute in float32 and
+        round once at the end (as torch.nn.functional.scaled_dot_product_attention does): scores
+        and a softmax in 16 bits are caught. Gradients reach Q, K, V and bias.
     """
 
 
@@ -1110,6 +1249,7 @@ def lm_weight_shapes(vocab_size: int, d_model: int, num_layers: int, d_ff: int) 
 STUDENT_MODULES = {
     "embeddings": "Unit 2.1: token embeddings and absolute positions.",
     "attention": "Unit 2.2: linear layers, softmax, SiLU and attention.",
+    "positions": "Unit 2.1: relative positions as attention biases: ALiBi's slopes and bias, T5's bucketed table.",
     "rope": "Unit 2.5: rotary position embedding.",
     "model": "Model assembly: RMSNorm, SwiGLU, the transformer block and the LM.\n\n"
              "Parameter names are part of the contract (see run_transformer_lm in adapters.py).",

@@ -37,6 +37,15 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     return softmax(scores, dim=-1) @ V
 
 
+def attention_with_bias(Q, K, V, bias, mask=None):
+    # float16/bfloat16 inputs are computed in float32 and rounded once, as torch's fused attention does.
+    work = torch.promote_types(Q.dtype, torch.float32)
+    scores = Q.to(work) @ K.to(work).transpose(-1, -2) / math.sqrt(Q.shape[-1]) + bias.to(work)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return (softmax(scores, dim=-1) @ V.to(work)).to(Q.dtype)
+
+
 class MultiHeadSelfAttention(nn.Module):
     """Causal MHA; with max_seq_len and theta given, RoPE rotates Q and K per head."""
 

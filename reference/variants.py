@@ -21,7 +21,7 @@ from einops import rearrange, reduce
 from torch import nn
 
 import reference.adapters as ref
-from reference import accounting, attention, embeddings as emb, gpt2, model, rope
+from reference import accounting, attention, embeddings as emb, gpt2, model, positions, rope
 
 
 @dataclass
@@ -244,6 +244,137 @@ register("unchecked_learned_positions", "learned positions are not range-checked
          hint="learned positions without a range check", named_by="instead of raising", mistake=13,
          embeddings__learned_positions=lambda w, p: w[p])
 
+
+# ---- relative positions: ALiBi's slopes and bias, T5's buckets
+
+_alibi_slopes = positions.alibi_slopes  # the reference's, which the patches below replace
+
+
+def _geometric_slopes(num_heads):
+    """2^(-8 h / n) for every head count: Press et al.'s rule only for powers of two."""
+    return 2.0 ** (-8.0 * torch.arange(1, num_heads + 1, dtype=torch.float64) / num_heads).float()
+
+
+def _odd_slopes(num_heads):
+    """The extra heads take 2c's slopes 2, 4, 6, ... instead of 1, 3, 5, ..."""
+    c = 2 ** math.floor(math.log2(num_heads))
+    return torch.cat([_geometric_slopes(c), _geometric_slopes(2 * c)[1::2][:num_heads - c]])
+
+
+def _press_get_slopes(n):
+    """Press et al.'s get_slopes as published: products of Python (float64) floats."""
+    def power_of_2(n):
+        start = 2 ** (-2 ** -(math.log2(n) - 3))
+        return [start * start ** i for i in range(n)]
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return power_of_2(closest) + _press_get_slopes(2 * closest)[0::2][:n - closest]
+
+
+def _float32_slopes(num_heads):
+    c = 2 ** math.floor(math.log2(num_heads))
+    first = torch.pow(2.0, -8.0 * torch.arange(1, c + 1, dtype=torch.float32) / c)
+    extra = torch.pow(2.0, -4.0 * (2 * torch.arange(num_heads - c, dtype=torch.float32) + 1) / c)
+    return torch.cat([first, extra])
+
+
+def _alibi_from(offset):
+    """ALiBi's bias as -slope x offset(i, j), i the query and j the key position."""
+    def bias(num_heads, seq_len):
+        i, j = torch.arange(seq_len)[:, None], torch.arange(seq_len)[None, :]
+        return -positions.alibi_slopes(num_heads)[:, None, None] * offset(i, j)
+    return bias
+
+
+def _alibi_tril_loop(num_heads, seq_len):
+    """The lower triangle row by row from torch.tril, then mirrored into the upper one."""
+    slopes, lower = positions.alibi_slopes(num_heads), torch.zeros(num_heads, seq_len, seq_len)
+    for i in range(seq_len):
+        lower[:, i, :] = -slopes[:, None] * (i - torch.arange(seq_len))
+    lower = torch.tril(lower)
+    return lower + lower.transpose(-1, -2)
+
+
+def _t5_log_buckets(relative, bidirectional, num_buckets, max_distance, *, dtype=torch.float32, key_minus_query=True,
+                    zero_above=False, rounding=torch.floor):
+    """T5's bucket rule as Hugging Face writes it, with floor(log(...)) in `dtype`, and a knob per mistake."""
+    r = relative if key_minus_query else -relative
+    if bidirectional:
+        num_buckets //= 2
+        offset, n = ((r >= 0) if zero_above else (r > 0)).long() * num_buckets, r.abs()
+    else:
+        offset, n = torch.zeros_like(r), -torch.min(r, torch.zeros_like(r))
+    exact = num_buckets // 2
+    scaled = torch.log(n.to(dtype) / exact) / math.log(max_distance / exact) * (num_buckets - exact)
+    large = torch.clamp(exact + rounding(scaled).long(), max=num_buckets - 1)
+    return offset + torch.where(n < exact, n, large)
+
+
+class _T5Embedding(positions.T5RelativeBias):
+    """The table read through F.embedding, buckets from T5's float32 log."""
+    def forward(self, seq_len):
+        p = torch.arange(seq_len, device=self.weight.device)
+        buckets = _t5_log_buckets(p[None, :] - p[:, None], self.bidirectional, self.num_buckets, self.max_distance)
+        return rearrange(F.embedding(buckets, self.weight), "q k h -> h q k")
+
+
+register("alibi_slopes_reversed", "ALiBi slopes in reverse order",
+         hint=("ALiBi slopes in reverse order; for a power of 2, head h = 1 .. num_heads gets 2^(-8 h / num_heads), "
+               "so head 1 has the largest"),
+         positions__alibi_slopes=lambda num_heads: _alibi_slopes(num_heads).flip(0))
+register("alibi_slopes_from_zero", "ALiBi slopes counted from head 0",
+         hint="slopes counted from h = 0 (the first slope is 1); head h = 1 .. num_heads gets 2^(-8 h / num_heads)",
+         positions__alibi_slopes=lambda num_heads: 2.0 ** (-8.0 * torch.arange(num_heads) / num_heads))
+register("alibi_slopes_geometric_for_any_count", "2^(-8h/n) for a head count that is not a power of two",
+         hint=("slopes 2^(-8 h / n) for a head count that is not a power of 2; Press et al. take the slopes of the "
+               "closest lower power of 2, then every other slope of the next one"),
+         positions__alibi_slopes=_geometric_slopes)
+register("alibi_slopes_every_other_from_second", "the extra heads take 2c's slopes 2, 4, 6, ...",
+         hint=("the extra heads take every other slope of 2c heads from its second; Press et al. take them from its "
+               "first (slopes 1, 3, 5, ... of 2c heads)"),
+         positions__alibi_slopes=_odd_slopes)
+register("alibi_bias_positive", "ALiBi's bias with the sign of the distance flipped: +slope x |i - j|",
+         hint="a bias of +slope x |i - j|: the sign is flipped; ALiBi subtracts slope x distance, so far keys weigh less",
+         positions__alibi_bias=_alibi_from(lambda i, j: -(i - j).abs()))
+register("alibi_bias_key_minus_query", "ALiBi's distance as key minus query, j - i",
+         hint=("a bias of -slope x (j - i), key minus query: keys before the query are rewarded; the distance is "
+               "|i - j|, which is i - j (query minus key) under a causal mask"),
+         positions__alibi_bias=_alibi_from(lambda i, j: j - i))
+register("alibi_bias_signed", "ALiBi's -slope x (i - j) without the absolute value",
+         hint=("a bias of -slope x (i - j) without the absolute value: right where j <= i, but keys after the query "
+               "get +slope x (j - i); the bias is -slope x |i - j| in both triangles"),
+         positions__alibi_bias=_alibi_from(lambda i, j: i - j))
+register("alibi_bias_row_shift", "Press et al.'s code: slope x j on every row",
+         hint=("slope x j on every row (Press et al.'s code, equal after a causal softmax); the bias is "
+               "-slope x |i - j|, 0 on the diagonal"),
+         positions__alibi_bias=_alibi_from(lambda i, j: -j + 0 * i))
+register("t5_query_minus_key", "T5 buckets of i - j (query minus key)",
+         hint=("buckets of i - j, query minus key; T5 takes r = j - i (key minus query): keys after the query use "
+               "the upper half, and causal buckets count i - j for keys before it"),
+         positions__t5_buckets=functools.partial(_t5_log_buckets, key_minus_query=False))
+register("t5_bucket_off_by_one", "T5's log buckets one too high (ceil for floor)",
+         hint=("log buckets one too high (ceil, or max_exact + 1 + ...); distance n >= max_exact goes to "
+               "max_exact + floor(log(n / max_exact) / log(max_distance / max_exact) * (half - max_exact))"),
+         positions__t5_buckets=functools.partial(_t5_log_buckets, rounding=torch.ceil))
+register("t5_query_itself_in_upper_half", "T5's bidirectional upper half from r >= 0",
+         hint=("the query's own key (r = 0) in the upper half; only keys after the query (r = j - i > 0) use "
+               "buckets half .. num_buckets - 1"),
+         positions__t5_buckets=functools.partial(_t5_log_buckets, zero_above=True))
+
+register("alibi_slopes_press_code", "ALiBi slopes from Press et al.'s get_slopes (Python floats)", correct=True,
+         positions__alibi_slopes=lambda num_heads: torch.tensor(_press_get_slopes(num_heads)))
+register("alibi_slopes_float32", "ALiBi slopes from torch.pow in float32", correct=True,
+         positions__alibi_slopes=_float32_slopes)
+register("alibi_bias_tril_loop", "ALiBi's bias row by row, torch.tril and a transpose", correct=True,
+         positions__alibi_bias=_alibi_tril_loop)
+register("t5_log_float32", "T5 buckets from floor(log(...)) in float32 (Hugging Face's code)", correct=True,
+         positions__t5_buckets=_t5_log_buckets)
+register("t5_log_float64", "T5 buckets from floor(log(...)) in float64", correct=True,
+         positions__t5_buckets=functools.partial(_t5_log_buckets, dtype=torch.float64))
+register("t5_f_embedding", "T5's table read with F.embedding, buckets from a float32 log", correct=True,
+         positions__T5RelativeBias=_T5Embedding)
+
 # ================================================================ Unit 2.2
 
 def _softmax_no_max(x, dim):
@@ -362,6 +493,44 @@ register("linear_hard_coded_rank", "einsum('btd,od->bto'): only 3-D inputs work"
 register("attention_q_k_swapped", "scores computed as K Q^T",
          hint="scores computed as K Q^T instead of Q K^T", mistake=23,
          attention__scaled_dot_product_attention=_attention(swap_qk=True))
+
+
+# ---- attention with an additive bias
+
+def _biased(*, scale_bias=False, low_precision=False):
+    def sdpa(Q, K, V, bias, mask=None):
+        work = Q.dtype if low_precision else torch.promote_types(Q.dtype, torch.float32)
+        Q, K, V, bias = Q.to(work), K.to(work), V.to(work), bias.to(work)
+        scores = Q @ K.transpose(-1, -2)
+        scores = (scores + bias) / math.sqrt(Q.shape[-1]) if scale_bias else scores / math.sqrt(Q.shape[-1]) + bias
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return (torch.softmax(scores, dim=-1) @ V).to(Q.dtype)
+    return sdpa
+
+
+def _torch_sdpa_with_bias(Q, K, V, bias, mask=None):
+    attn = bias if mask is None else torch.where(mask, bias, float("-inf"))
+    return F.scaled_dot_product_attention(Q, K, V, attn_mask=attn.to(Q.dtype))
+
+
+def _float64_einsum_with_bias(Q, K, V, bias, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", Q.double(), K.double()) / math.sqrt(Q.shape[-1]) + bias.double()
+    if mask is not None:
+        scores = torch.where(mask, scores, float("-inf"))
+    return torch.einsum("...qk,...kd->...qd", scores.softmax(-1), V.double()).to(Q.dtype)
+
+
+register("attention_bias_scaled", "the bias divided by sqrt(d_k) with the scores",
+         hint="the bias divided by sqrt(d_k) along with Q K^T; add it after the scale: Q K^T / sqrt(d_k) + bias",
+         attention__attention_with_bias=_biased(scale_bias=True))
+register("attention_bias_in_16_bits", "biased attention computed in float16/bfloat16",
+         hint="scores and softmax computed in float16/bfloat16; compute in float32 and round the result once",
+         attention__attention_with_bias=_biased(low_precision=True))
+register("torch_sdpa_with_bias", "F.scaled_dot_product_attention with attn_mask = the bias (-inf where masked)",
+         correct=True, attention__attention_with_bias=_torch_sdpa_with_bias)
+register("float64_einsum_with_bias", "biased attention as einsum in float64", correct=True,
+         attention__attention_with_bias=_float64_einsum_with_bias)
 
 # ================================================================ Unit 2.5
 

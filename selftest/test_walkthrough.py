@@ -82,15 +82,15 @@ def contract():
     except SystemExit as e:
         return e.code
 
-def suite(adapters, *extra, function="run_squared_relu,run_geglu,run_alibi_slopes"):
+def suite(adapters, *extra, function="run_squared_relu,run_geglu,run_rope_inverse_frequencies"):
     return pytest.main(["-q", "-p", "no:cacheprovider", "--adapters", adapters, *extra, "--function", function])
 
 results = {}
 for name, check in [("contract", contract), ("reference", lambda: suite("reference.adapters", "--hidden", "-rA")),
                     ("mistake", lambda: suite("reference.variants:relu_not_squared", function="run_squared_relu")),
                     ("module mistake", lambda: suite("reference.variants:geglu_w1_w3_swapped", function="run_geglu")),
-                    ("no-tensor mistake", lambda: suite("reference.variants:alibi_slopes_from_zero",
-                                                        function="run_alibi_slopes"))]:
+                    ("no-tensor mistake", lambda: suite("reference.variants:rope_inverse_frequencies_from_one",
+                                                        function="run_rope_inverse_frequencies"))]:
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         code = check()
@@ -137,29 +137,32 @@ def test_the_module_mistake_is_named_in_its_report(checked):
 
 
 def test_the_function_without_tensors_passes_its_device_probe_and_gets_a_fresh_twin(added, checked):
-    """ALiBi's slopes take no tensor: the device probe judges them by torch's default device (it once
-    failed the reference), and the twin's num_heads is fresh (it once stayed equal: the same case)."""
+    """RoPE's inverse frequencies take no tensor: the device probe judges them by torch's default device (it
+    once failed the reference, with ALiBi's slopes), and the twin's d_k and theta are fresh (a twin once
+    stayed equal: the same case)."""
     code, output = checked["reference"]
-    assert re.search(r"PASSED tests/test_devices.py::test_function_runs_on_meta_device\[run_alibi_slopes\]", output), \
+    assert re.search(r"PASSED tests/test_devices.py::test_function_runs_on_meta_device\[run_rope_inverse_frequencies\]", output), \
         output[-3000:]
     hidden = json.loads((added / "fixtures" / TERM / "hidden" / "manifest.json").read_text())["cases"]
-    twins = {c["twin_of"]: c["args"] for c in hidden if c["function"] == "run_alibi_slopes" and c.get("twin_of")}
-    assert twins["8-heads"]["num_heads"] != 8 and twins["6-heads"]["num_heads"] != 6, twins
+    twins = {c["twin_of"]: c["args"] for c in hidden if c["function"] == "run_rope_inverse_frequencies"
+             and c.get("twin_of")}
+    assert twins["d-8"]["d_k"] != 8 and twins["d-6-theta-500"]["d_k"] != 6, twins
+    assert twins["d-8"]["theta"] != 10000.0 and twins["d-6-theta-500"]["theta"] != 500.0, twins
 
 
 def test_the_new_mistake_of_a_function_without_tensors_is_named(checked):
     code, output = checked["no-tensor mistake"]
-    assert code == 1 and "slopes counted from h = 0" in output, output[-3000:]
+    assert code == 1 and "frequencies counted from pair 1" in output, output[-3000:]
 
 
 def test_new_functions_sort_into_their_units(added):
     """Appended last, each is listed with its unit: in adapters.py, and its mistake in MISTAKES.md."""
     adapters = (added / "adapters.py").read_text()
     order = ["run_multihead_self_attention", "run_squared_relu", "run_rope", "run_multihead_self_attention_with_rope",
-             "run_alibi_slopes", "run_rmsnorm", "get_gpt2_lm", "run_geglu", "run_transformer_accounting"]
+             "run_rope_inverse_frequencies", "run_rmsnorm", "get_gpt2_lm", "run_geglu", "run_transformer_accounting"]
     assert [adapters.index(f"def {name}(") for name in order] == sorted(adapters.index(f"def {name}(") for name in order)
     units = {section.split("\n", 1)[0]: section for section in (added / "MISTAKES.md").read_text().split("\n## ")}
-    assert "`relu_not_squared`" in units["Unit 2.2: attention"] and "`alibi_slopes_from_zero`" in units["Unit 2.5: RoPE"]
+    assert "`relu_not_squared`" in units["Unit 2.2: attention"] and "`rope_inverse_frequencies_from_one`" in units["Unit 2.5: RoPE"]
 
 
 def _digests(root) -> dict[str, str]:
@@ -187,7 +190,7 @@ def test_the_selftest_needs_no_edit_for_the_new_functions(added):
     result = python(["-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "selftest/test_functions.py",
                      "selftest/test_catalogue_rules.py", "selftest/test_mistakes_list.py"], added)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    for test in ("test_function_has_a_device_probe[run_alibi_slopes]", "test_docstrings_name_every_parameter_the_"
+    for test in ("test_function_has_a_device_probe[run_rope_inverse_frequencies]", "test_docstrings_name_every_parameter_the_"
                  "tests_load[GeGLU]", "test_every_scalar_and_optional_argument_varies_in_public_cases[run_geglu]"):
         assert f"PASSED selftest/test_{'catalogue_rules' if 'varies' in test else 'functions'}.py::{test}" \
             in result.stdout, test

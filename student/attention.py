@@ -28,6 +28,10 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     raise NotImplementedError("see the docstring of run_scaled_dot_product_attention in adapters.py")
 
 
+def attention_with_bias(Q, K, V, bias, mask=None):
+    raise NotImplementedError("see the docstring of run_attention_with_bias in adapters.py")
+
+
 class MultiHeadSelfAttention(nn.Module):
     """Causal MHA with parameters q_proj, k_proj, v_proj, output_proj (each a Linear).
 

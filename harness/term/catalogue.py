@@ -326,6 +326,32 @@ UNIT_2_1 = [
     raises("run_embed_with_positions", "longer-than-context", "seq 5 > context_length 4 with a learned table",
            vocab_size=5, context_length=4, d_model=4, token_weights=normal(5, 4),
            position_weights=normal(4, 4), token_ids=given([[0, 1, 2, 3, 4]])),
+    # ---- run_alibi_slopes: powers of two and Press et al.'s rule for other head counts (sizes only: twins grow them)
+    case("run_alibi_slopes", "8-heads", "8 heads: 1/2, 1/4, ..., 1/256", num_heads=8),
+    case("run_alibi_slopes", "6-heads", "6 heads, not a power of 2: the 4 slopes of 4 heads, then 2 of 8's",
+         num_heads=6),
+    case("run_alibi_slopes", "16-heads", "16 heads: 2^(-h/2), not powers of 2 themselves", num_heads=16),
+    case("run_alibi_slopes", "hidden-12", "", hidden=True, num_heads=12),
+    case("run_alibi_slopes", "hidden-1", "", hidden=True, num_heads=1),
+
+    # ---- run_alibi_bias: [heads, queries, keys], both triangles
+    case("run_alibi_bias", "4-heads", "4 heads, seq_len 6", num_heads=4, seq_len=6),
+    case("run_alibi_bias", "6-heads", "6 heads (not a power of 2), seq_len 9", num_heads=6, seq_len=9),
+    case("run_alibi_bias", "2-heads-long", "2 heads, seq_len 40", num_heads=2, seq_len=40),
+    case("run_alibi_bias", "hidden-12", "", hidden=True, num_heads=12, seq_len=7),
+
+    # ---- run_t5_relative_bias: both directions, distances past max_distance; settings with no integer boundary
+    case("run_t5_relative_bias", "bidirectional", "16 buckets, max_distance 20, seq_len 24 (distances saturate)",
+         num_heads=3, num_buckets=16, max_distance=20, bidirectional=True, seq_len=24, weight=normal(16, 3)),
+    case("run_t5_relative_bias", "causal", "causal, 12 buckets, max_distance 30, seq_len 40",
+         num_heads=2, num_buckets=12, max_distance=30, bidirectional=False, seq_len=40, weight=normal(12, 2)),
+    case("run_t5_relative_bias", "bf16-table", "a bfloat16 table: the bias stays bfloat16, its values copied",
+         num_heads=4, num_buckets=10, max_distance=24, bidirectional=False, seq_len=13,
+         weight=normal(10, 4, dtype="bfloat16")),
+    case("run_t5_relative_bias", "hidden-bidirectional", "", hidden=True,
+         num_heads=5, num_buckets=14, max_distance=36, bidirectional=True, seq_len=40, weight=normal(14, 5)),
+    case("run_t5_relative_bias", "hidden-causal", "", hidden=True,
+         num_heads=2, num_buckets=18, max_distance=40, bidirectional=False, seq_len=45, weight=normal(18, 2)),
 ]
 
 UNIT_2_2 = [
@@ -389,6 +415,29 @@ UNIT_2_2 = [
          Q=normal(2, 3, 6, scale=8.0), K=normal(2, 4, 6, scale=8.0), V=normal(2, 4, 5), mask=None),
     case("run_scaled_dot_product_attention", "hidden-mixed", "", hidden=True,
          Q=normal(3, 6, 5), K=normal(3, 7, 5), V=normal(3, 7, 3), mask=mask(3, 6, 7)),
+
+    # ---- run_attention_with_bias: a per-head bias broadcast over the batch, masks, 16 bits
+    case("run_attention_with_bias", "per-head-bias",
+         "Q, K, V [batch 2, heads 3, 5, d]; bias [3, 5, 5], one per head, broadcast over the batch",
+         equal=("queries=keys",), Q=normal(2, 3, 5, 4), K=normal(2, 3, 5, 4), V=normal(2, 3, 5, 6),
+         bias=normal(3, 5, 5), mask=None),
+    case("run_attention_with_bias", "nonsquare-masked",
+         "4 queries, 6 keys, d_k=8, d_v=3; bias [4, 6] for every batch row, random mask",
+         Q=normal(2, 4, 8), K=normal(2, 6, 8), V=normal(2, 6, 3), bias=normal(4, 6), mask=mask(2, 4, 6)),
+    case("run_attention_with_bias", "full-bias-no-batch", "Q [3, 4], K [5, 4], V [5, 2], bias [3, 5]",
+         Q=normal(3, 4), K=normal(5, 4), V=normal(5, 2), bias=normal(3, 5), mask=None),
+    case("run_attention_with_bias", "bias-spans-hundreds",
+         "a bias spread by hundreds inside one row: only the row max bounds exp", tolerance=SHARP,
+         Q=normal(2, 3, 6), K=normal(2, 4, 6), V=normal(2, 4, 5), bias=normal(2, 3, 4, scale=80.0), mask=mask(2, 3, 4)),
+    case("run_attention_with_bias", "fp16",
+         "float16 Q, K, V and bias [heads 2, 4, 6]: within 1 ulp of the float32 result rounded once",
+         Q=normal(3, 2, 4, 8, dtype="float16"), K=normal(3, 2, 6, 8, dtype="float16"),
+         V=normal(3, 2, 6, 5, dtype="float16"), bias=normal(2, 4, 6, scale=2.0, dtype="float16"), mask=mask(4, 6)),
+    case("run_attention_with_bias", "hidden-mixed", "", hidden=True,
+         Q=normal(3, 6, 5), K=normal(3, 7, 5), V=normal(3, 7, 3), bias=normal(6, 7), mask=mask(3, 6, 7)),
+    case("run_attention_with_bias", "hidden-bf16", "", hidden=True,
+         Q=normal(2, 5, 4, dtype="bfloat16"), K=normal(2, 6, 4, dtype="bfloat16"),
+         V=normal(2, 6, 3, dtype="bfloat16"), bias=normal(5, 6, dtype="bfloat16"), mask=None),
 
     # ---- run_multihead_self_attention: heads > 1, batch != seq, any rank
     case("run_multihead_self_attention", "heads-4", "d_model=24, 4 heads of 6, batch 2 != seq 5",
