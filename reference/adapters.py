@@ -15,6 +15,7 @@ import reference.attention  # noqa: F401
 import reference.embeddings  # noqa: F401
 import reference.gpt2  # noqa: F401
 import reference.model  # noqa: F401
+import reference.optimizer  # noqa: F401
 import reference.rope  # noqa: F401
 
 
@@ -757,3 +758,140 @@ def get_transformer_lm(
     """
     return impl.model.TransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta,
                                     init_scheme=init_scheme)
+
+
+def get_adamw_cls() -> type[torch.optim.Optimizer]:
+    """Your AdamW class (a torch.optim.Optimizer), as CS336 calls it:
+    get_adamw_cls()(model.parameters(), lr=..., betas=(beta1, beta2), eps=..., weight_decay=...).
+
+    The arguments and the arithmetic are torch.optim.AdamW's. For each parameter p with a
+    gradient g, at its own step t = 1, 2, ...:
+
+        p = p - lr * weight_decay * p          (decoupled decay: not added to g)
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g^2
+        p = p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+
+    Rules:
+        - Bias correction: without the 1 - beta^t factors the first steps are 10x too small
+          (beta1 = 0.9) and the steps that follow too large.
+        - Decay is decoupled: adding weight_decay * p to the gradient (L2) sends it through
+          m / sqrt(v), so a parameter with a zero gradient would move by about lr per step.
+        - A parameter whose .grad is None at a step is skipped: no decay, and its m, v and t
+          stay as they were. Each parameter counts its own t; a zero gradient is a step.
+        - The state (m, v, t of every parameter) lives in self.state[p], so state_dict() and
+          load_state_dict() carry it: training resumed in a fresh optimizer continues exactly.
+        - Read lr (and the rest) from each param group at every step: a schedule sets
+          group["lr"] between steps.
+
+    The CS336 handout's order (decay after the update, eps outside the bias correction) differs
+    from this by rounding only, and passes too. Checked by run_adamw_steps and run_adamw_resumed.
+    """
+    return impl.optimizer.AdamW
+
+
+def run_adamw_steps(
+    params: dict[str, Tensor],
+    grads: dict[str, Tensor],
+    has_grad: dict[str, Tensor],
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+) -> Float[Tensor, "steps total"]:
+    """Your AdamW (get_adamw_cls) stepped over given gradients: the parameters after every step.
+
+    Args:
+        params: the initial parameters, name -> tensor of any shape.
+        grads: name -> [steps, *shape], the gradient each parameter gets at each step (mostly
+            zeros, as an embedding table's are).
+        has_grad: name -> bool [steps]; False: that parameter's .grad is None at that step
+            (it must be skipped, as torch.optim.AdamW skips it).
+        lr, beta1, beta2, eps, weight_decay: the optimizer's settings.
+
+    Returns:
+        [steps, total]: after each step, every parameter flattened and concatenated in sorted
+        name order (total = their sizes added up).
+    """
+    names = sorted(params)
+    weights = {k: torch.nn.Parameter(params[k].detach().clone()) for k in names}
+    optimizer = impl.optimizer.AdamW([weights[k] for k in names], lr=lr, betas=(beta1, beta2), eps=eps,
+                                     weight_decay=weight_decay)
+    trajectory = []
+    for t in range(grads[names[0]].shape[0]):
+        for k in names:
+            weights[k].grad = grads[k][t].clone() if has_grad[k][t] else None
+        optimizer.step()
+        trajectory.append(torch.cat([weights[k].detach().flatten() for k in names]))
+    return torch.stack(trajectory)
+
+
+def run_adamw_resumed(
+    params: dict[str, Tensor],
+    grads: dict[str, Tensor],
+    has_grad: dict[str, Tensor],
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    resume_at: int,
+) -> Float[Tensor, "steps total"]:
+    """run_adamw_steps, interrupted: before step `resume_at` (0-based) the weights are copied and
+    a fresh AdamW over the copies loads the first one's state_dict(). The trajectory must be the
+    uninterrupted one, exactly: every bit of the state (m, v and each parameter's step count) has
+    to be in state_dict(). Args and Returns as run_adamw_steps."""
+    names = sorted(params)
+    settings = dict(lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=weight_decay)
+    weights = {k: torch.nn.Parameter(params[k].detach().clone()) for k in names}
+    optimizer = impl.optimizer.AdamW([weights[k] for k in names], **settings)
+    trajectory = []
+    for t in range(grads[names[0]].shape[0]):
+        if t == resume_at:  # as a checkpoint would: copies of the weights and of the optimizer's state_dict()
+            state = torch.utils._pytree.tree_map(
+                lambda v: v.clone() if isinstance(v, torch.Tensor) else v, optimizer.state_dict())
+            weights = {k: torch.nn.Parameter(weights[k].detach().clone()) for k in names}
+            optimizer = impl.optimizer.AdamW([weights[k] for k in names], **settings)
+            optimizer.load_state_dict(state)
+        for k in names:
+            weights[k].grad = grads[k][t].clone() if has_grad[k][t] else None
+        optimizer.step()
+        trajectory.append(torch.cat([weights[k].detach().flatten() for k in names]))
+    return torch.stack(trajectory)
+
+
+def run_get_lr_cosine_schedule(
+    it: int,
+    max_learning_rate: float,
+    min_learning_rate: float,
+    warmup_iters: int,
+    cosine_cycle_iters: int,
+) -> float:
+    """The learning rate at iteration `it` (0-based): linear warmup, cosine decay, then constant.
+
+        it < warmup_iters:                      it / warmup_iters * max_learning_rate
+        warmup_iters <= it <= cosine_cycle_iters:
+            min + (1 + cos(pi * (it - warmup_iters) / (cosine_cycle_iters - warmup_iters))) / 2 * (max - min)
+        it > cosine_cycle_iters:                min_learning_rate
+
+    So it = 0 gives 0, it = warmup_iters gives exactly the maximum, it = cosine_cycle_iters
+    exactly the minimum, and every later iteration the minimum. warmup_iters may be 0 (no
+    warmup); warmup_iters < cosine_cycle_iters. Checked by run_lr_schedule, at every iteration.
+    """
+    return impl.optimizer.lr_cosine_schedule(it, max_learning_rate, min_learning_rate, warmup_iters, cosine_cycle_iters)
+
+
+def run_lr_schedule(
+    max_learning_rate: float,
+    min_learning_rate: float,
+    warmup_iters: int,
+    cosine_cycle_iters: int,
+    num_iters: int,
+) -> Float[Tensor, "num_iters"]:
+    """run_get_lr_cosine_schedule at every iteration 0 .. num_iters - 1, as float32 (num_iters >
+    cosine_cycle_iters + 1, so every boundary is in: 0, warmup_iters - 1, warmup_iters,
+    cosine_cycle_iters, cosine_cycle_iters + 1 and beyond). Exact at the boundaries: within
+    1e-6 of each value."""
+    return torch.tensor([float(impl.optimizer.lr_cosine_schedule(it, max_learning_rate, min_learning_rate, warmup_iters,
+                                                                 cosine_cycle_iters)) for it in range(num_iters)])
