@@ -895,3 +895,61 @@ def run_lr_schedule(
     1e-6 of each value."""
     return torch.tensor([float(impl.optimizer.lr_cosine_schedule(it, max_learning_rate, min_learning_rate, warmup_iters,
                                                                  cosine_cycle_iters)) for it in range(num_iters)])
+
+
+def run_train_tiny_lm(
+    weights: dict[str, Tensor],
+    corpus: Int[Tensor, "n"],
+    vocab_size: int,
+    context_length: int,
+    d_model: int,
+    num_layers: int,
+    num_heads: int,
+    d_ff: int,
+    rope_theta: float,
+    steps: int,
+    batch_size: int,
+    max_learning_rate: float,
+    min_learning_rate: float,
+    warmup_iters: int,
+    weight_decay: float,
+    max_l2_norm: float,
+    seed: int,
+) -> dict[str, Tensor]:
+    """Train your transformer LM end to end: the final state_dict() after `steps` steps.
+
+    Your TransformerLM (get_transformer_lm) starts from `weights` (the run_transformer_lm keys);
+    each step draws `batch_size` windows of the corpus (seeded by `seed`), takes the mean
+    cross-entropy of the next token, clips the gradients to a global L2 norm of max_l2_norm,
+    sets the learning rate of step t (0-based) from your lr_cosine_schedule(t, max, min,
+    warmup_iters, steps), and steps your AdamW (default betas and eps). Nothing here is yours
+    but the model, AdamW and the schedule: this glue is the training loop.
+
+    The corpus follows a fixed rule, so a trained model can be measured: the next token is a
+    fixed permutation (one cycle) of the previous one, over some of the vocabulary; the other
+    tokens never occur. The test judges the weights you return, never a loss you report:
+        - the mean cross-entropy on windows of the rule from every token that occurs falls well
+          below that of the initial weights (computed by the test, with a forward it trusts);
+        - every embedding row of a token that occurs moves: the embeddings train jointly with
+          everything else, from the first step (no separate or frozen embedding phase);
+        - every row of a token that never occurs gets no gradient, so it changes by weight decay
+          alone: exactly the initial row times prod_t (1 - lr_t * weight_decay);
+        - the same seed gives the same weights, bit for bit.
+    """
+    model = impl.model.TransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta)
+    model.load_state_dict(weights)
+    optimizer = impl.optimizer.AdamW(model.parameters(), lr=max_learning_rate, weight_decay=weight_decay)
+    generator = torch.Generator().manual_seed(seed)
+    for t in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = impl.optimizer.lr_cosine_schedule(t, max_learning_rate, min_learning_rate, warmup_iters, steps)
+        # Until the loss, batch and clipping functions of this unit land: torch's own (the same arithmetic).
+        starts = torch.randint(0, corpus.shape[0] - context_length, (batch_size,), generator=generator)
+        x = torch.stack([corpus[s:s + context_length] for s in starts])
+        y = torch.stack([corpus[s + 1:s + context_length + 1] for s in starts])
+        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_l2_norm)
+        optimizer.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}

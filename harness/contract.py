@@ -99,6 +99,7 @@ class Adapter:
     example: dict | None = None  # a module builder's arguments where the suite builds one (it has no cases)
     drills: tuple[str, ...] = ()  # an entry point's: the contract functions that exercise it (see `adapter`)
     gradients: bool = True  # False: its result is not a differentiable function of its inputs (optimizer steps)
+    check: str = "output"   # "train": its cases are judged by what it trains (harness/student_run/checks.py)
 
     @property
     def signature(self) -> inspect.Signature:
@@ -142,7 +143,8 @@ ADAPTERS: dict[str, Adapter] = {}
 
 
 def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAULT_TOLERANCE, stub: str = "",
-            example: dict | None = None, drills: tuple[str, ...] = (), gradients: bool = True):
+            example: dict | None = None, drills: tuple[str, ...] = (), gradients: bool = True,
+            check: str = "output"):
     """Declare one adapter: its unit, the student/ module and `glue` body the rendered
     adapters use, its points, its output tolerance and its student stub; for a module builder,
     the arguments the suite builds it with (`example`).
@@ -152,7 +154,9 @@ def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAU
     can store what it does. `drills` names the contract functions that exercise it, tensors in and
     tensors out: they hold its cases, tests and points (so they also run, unchanged, in the grading
     worker), and it has none (points=0). `gradients=False`: no gradient check, for a result that no
-    autograd graph joins to the inputs (the parameters after optimizer steps)."""
+    autograd graph joins to the inputs (the parameters after optimizer steps). `check="train"`: a
+    training run, whose final weights no stored answer can match (float32 over hundreds of steps):
+    its cases are judged by properties of what it trained (check_training), not against the reference."""
     if unit not in {u.key for u in UNITS}:  # else the function silently vanishes from the progress table
         raise ValueError(f"unknown unit {unit!r}; the units are {', '.join(repr(u.key) for u in UNITS)} "
                          "(add a Unit to UNITS in harness/contract.py for a new one)")
@@ -162,7 +166,7 @@ def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAU
     def register(spec):
         ADAPTERS[spec.__name__] = Adapter(spec.__name__, unit, spec, textwrap.dedent(glue).strip(), module,
                                           points, tolerance, textwrap.dedent(stub).strip(), example, tuple(drills),
-                                          gradients)
+                                          gradients, check)
         order = [u.key for u in UNITS]
         ranked = sorted(ADAPTERS.values(), key=lambda a: order.index(a.unit))  # stable: declaration order within
         ADAPTERS.clear()
@@ -1260,6 +1264,66 @@ def run_lr_schedule(
     cosine_cycle_iters + 1, so every boundary is in: 0, warmup_iters - 1, warmup_iters,
     cosine_cycle_iters, cosine_cycle_iters + 1 and beyond). Exact at the boundaries: within
     1e-6 of each value."""
+
+
+@adapter("train", "optimizer", """
+    model = impl.model.TransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta)
+    model.load_state_dict(weights)
+    optimizer = impl.optimizer.AdamW(model.parameters(), lr=max_learning_rate, weight_decay=weight_decay)
+    generator = torch.Generator().manual_seed(seed)
+    for t in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = impl.optimizer.lr_cosine_schedule(t, max_learning_rate, min_learning_rate, warmup_iters, steps)
+        # Until the loss, batch and clipping functions of this unit land: torch's own (the same arithmetic).
+        starts = torch.randint(0, corpus.shape[0] - context_length, (batch_size,), generator=generator)
+        x = torch.stack([corpus[s:s + context_length] for s in starts])
+        y = torch.stack([corpus[s + 1:s + context_length + 1] for s in starts])
+        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_l2_norm)
+        optimizer.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+""", points=6, gradients=False, check="train")
+def run_train_tiny_lm(
+    weights: dict[str, Tensor],
+    corpus: Int[Tensor, "n"],
+    vocab_size: int,
+    context_length: int,
+    d_model: int,
+    num_layers: int,
+    num_heads: int,
+    d_ff: int,
+    rope_theta: float,
+    steps: int,
+    batch_size: int,
+    max_learning_rate: float,
+    min_learning_rate: float,
+    warmup_iters: int,
+    weight_decay: float,
+    max_l2_norm: float,
+    seed: int,
+) -> dict[str, Tensor]:
+    """Train your transformer LM end to end: the final state_dict() after `steps` steps.
+
+    Your TransformerLM (get_transformer_lm) starts from `weights` (the run_transformer_lm keys);
+    each step draws `batch_size` windows of the corpus (seeded by `seed`), takes the mean
+    cross-entropy of the next token, clips the gradients to a global L2 norm of max_l2_norm,
+    sets the learning rate of step t (0-based) from your lr_cosine_schedule(t, max, min,
+    warmup_iters, steps), and steps your AdamW (default betas and eps). Nothing here is yours
+    but the model, AdamW and the schedule: this glue is the training loop.
+
+    The corpus follows a fixed rule, so a trained model can be measured: the next token is a
+    fixed permutation (one cycle) of the previous one, over some of the vocabulary; the other
+    tokens never occur. The test judges the weights you return, never a loss you report:
+        - the mean cross-entropy on windows of the rule from every token that occurs falls well
+          below that of the initial weights (computed by the test, with a forward it trusts);
+        - every embedding row of a token that occurs moves: the embeddings train jointly with
+          everything else, from the first step (no separate or frozen embedding phase);
+        - every row of a token that never occurs gets no gradient, so it changes by weight decay
+          alone: exactly the initial row times prod_t (1 - lr_t * weight_decay);
+        - the same seed gives the same weights, bit for bit.
+    """
 
 
 # The docstring of each student/ module; a module not listed gets a generic one.
