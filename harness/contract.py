@@ -1267,23 +1267,29 @@ def run_lr_schedule(
 
 
 @adapter("train", "optimizer", """
-    model = impl.model.TransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta)
-    model.load_state_dict(weights)
-    optimizer = impl.optimizer.AdamW(model.parameters(), lr=max_learning_rate, weight_decay=weight_decay)
-    generator = torch.Generator().manual_seed(seed)
-    for t in range(steps):
-        for group in optimizer.param_groups:
-            group["lr"] = impl.optimizer.lr_cosine_schedule(t, max_learning_rate, min_learning_rate, warmup_iters, steps)
-        # Until the loss, batch and clipping functions of this unit land: torch's own (the same arithmetic).
-        starts = torch.randint(0, corpus.shape[0] - context_length, (batch_size,), generator=generator)
-        x = torch.stack([corpus[s:s + context_length] for s in starts])
-        y = torch.stack([corpus[s + 1:s + context_length + 1] for s in starts])
-        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_l2_norm)
-        optimizer.step()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model's ops gain nothing from more threads, and lose much on a busy machine
+    try:
+        model = impl.model.TransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta)
+        model.load_state_dict(weights)
+        optimizer = impl.optimizer.AdamW(model.parameters(), lr=max_learning_rate, weight_decay=weight_decay)
+        generator = torch.Generator().manual_seed(seed)
+        for t in range(steps):
+            for group in optimizer.param_groups:
+                group["lr"] = impl.optimizer.lr_cosine_schedule(t, max_learning_rate, min_learning_rate,
+                                                                warmup_iters, steps)
+            # Until this unit's batch, loss and clipping functions land: torch's own, the same arithmetic.
+            starts = torch.randint(0, corpus.shape[0] - context_length, (batch_size,), generator=generator)
+            x = torch.stack([corpus[s:s + context_length] for s in starts])
+            y = torch.stack([corpus[s + 1:s + context_length + 1] for s in starts])
+            loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_l2_norm)
+            optimizer.step()
+        return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    finally:
+        torch.set_num_threads(threads)
 """, points=6, gradients=False, check="train")
 def run_train_tiny_lm(
     weights: dict[str, Tensor],

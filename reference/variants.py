@@ -1192,6 +1192,7 @@ class _AdamW(optimizer.AdamW):
     shared_step = False     # one step count for the optimizer, kept in an attribute outside self.state
     none_as_zero = False    # a parameter without a gradient stepped as if its gradient were 0
     foreach = False         # the whole group's update with torch._foreach_* ops
+    cached_lr = False       # the lr given to __init__, not the group's, which a schedule sets at each step
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -1199,6 +1200,7 @@ class _AdamW(optimizer.AdamW):
         self.calls += 1
         for group in self.param_groups:
             lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+            lr = self.defaults["lr"] if self.cached_lr else lr
             params = [p for p in group["params"] if p.grad is not None or self.none_as_zero]
             if self.foreach:
                 self._foreach_step(params, lr, beta1, beta2, eps, wd)
@@ -1273,6 +1275,9 @@ register("adamw_steps_without_gradient", "a parameter whose .grad is None is ste
          hint="parameters whose .grad is None are stepped (as a zero gradient: decayed, moments decayed, t "
               "advanced); skip them, as torch.optim.AdamW does",
          optimizer__AdamW=_set(_AdamW, none_as_zero=True))
+register("adamw_lr_cached", "AdamW keeps the lr it was built with and ignores group['lr']",
+         hint="AdamW uses the lr it was built with, not group['lr'], which the schedule sets before each step",
+         named_by="not group['lr']", optimizer__AdamW=_set(_AdamW, cached_lr=True))
 register("warmup_off_by_one", "warmup reaches the maximum one iteration early",
          hint="warmup off by one: (it + 1) / warmup_iters reaches the maximum at it = warmup_iters - 1; the "
               "learning rate is it / warmup_iters * max (0 at it = 0)",
@@ -1288,3 +1293,17 @@ register("adamw_foreach", "AdamW with torch._foreach_* updates over each group",
 register("adamw_torch", "torch.optim.AdamW itself", correct=True, optimizer__AdamW=torch.optim.AdamW)
 register("schedule_torch_cos", "the schedule with torch.cos, returning a tensor", correct=True,
          optimizer__lr_cosine_schedule=_schedule(torch_cos=True))
+
+
+class _FrozenEmbeddingsLM(model.TransformerLM):
+    """Token embeddings frozen, as if trained in a separate phase (word2vec, GloVe) and kept fixed."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.token_embeddings.weight.requires_grad_(False)
+
+
+register("embeddings_frozen", "token embeddings frozen while the rest trains",
+         hint="token embeddings frozen (requires_grad=False, or left out of the optimizer): an LLM's embeddings "
+              "train jointly with every other weight from the first step; there is no separate embedding phase",
+         named_by="embedding rows of tokens that occur did not move", model__TransformerLM=_FrozenEmbeddingsLM)

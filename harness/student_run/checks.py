@@ -214,17 +214,24 @@ def check_training(adapters, term: Term, case: Case, forward=None) -> None:
     used = torch.zeros(e0.shape[0], dtype=torch.bool)
     used[kwargs["corpus"].unique()] = True
     decay = decay_factor(kwargs)
-    moved = (e1[used] - e0[used] * decay).norm(dim=-1) > 1e-3 * e0[used].norm(dim=-1)
+    scale = 1e-3 * e0[used].norm(dim=-1)  # a row that trained moves far more (about 0.1 of its norm)
+    moved = ((e1[used] - e0[used] * decay).norm(dim=-1) > scale) & ((e1[used] - e0[used]).norm(dim=-1) > scale)
     if not moved.all():
         frozen = "; they did not change at all: are the embeddings frozen (requires_grad=False, left out of the " \
                  "optimizer, or detached)?" if torch.equal(e1[used], e0[used]) else "."
         raise Mismatch(f"{where}\nembedding rows of tokens that occur did not move: {int((~moved).sum())} of "
-                       f"{int(used.sum())} rows changed by no more than weight decay{frozen} An LLM's embeddings "
+                       f"{int(used.sum())} rows stayed as they were, or changed by weight decay alone{frozen} An LLM's embeddings "
                        "train jointly with every other weight from the first step: there is no separate embedding phase.")
     expected = e0[~used] * decay
     off = (e1[~used] - expected).abs().max().item() if (~used).any() else 0.0
     if off > 1e-5 * max(expected.abs().max().item(), 1.0):
         said = " (unchanged: weight decay was not applied to them)" if torch.equal(e1[~used], e0[~used]) else ""
+        big = e0[~used].abs() > 1e-2
+        observed = (e1[~used][big] / e0[~used][big]).median().item() if big.any() else float("nan")
+        constant = (1 - kwargs["max_learning_rate"] * kwargs["weight_decay"]) ** kwargs["steps"]
+        if abs(observed - constant) < 1e-4 * constant:
+            said += (f".\nLikely cause: they decayed by (1 - max_learning_rate * weight_decay)^steps = {constant:.6g}: "
+                     "your AdamW uses the lr it was built with, not group['lr'], which the schedule sets before each step")
         raise Mismatch(f"{where}\nembedding rows of tokens that never occur changed by more than weight decay: "
                        f"off by up to {off:.3g} from initial x prod_t (1 - lr_t * weight_decay) = {decay:.6g}{said}. "
                        "They get no gradient, so AdamW's step leaves them alone (m = v = 0) and only decays them.")
