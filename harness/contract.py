@@ -101,7 +101,8 @@ class Adapter:
     stub: str = ""    # the student-side definition the glue calls, without a body ("" if another adapter's)
     example: dict | None = None  # a module builder's arguments where the suite builds one (it has no cases)
     drills: tuple[str, ...] = ()  # an entry point's: the contract functions that exercise it (see `adapter`)
-    differentiable: bool = True   # False: no gradient checks (what it returns is an in-place update's result)
+    gradients: bool = True  # False: its result is not a differentiable function of its inputs (optimizer steps)
+    check: str = "output"   # "train": its cases are judged by what it trains (harness/student_run/checks.py)
 
     @property
     def signature(self) -> inspect.Signature:
@@ -131,8 +132,8 @@ class Adapter:
     @property
     def float_args(self) -> list[str]:
         """Arguments that carry gradients: floating-point tensors and weight dicts (none where the
-        function is not differentiable as students write it: clipping, an optimizer step)."""
-        if not self.differentiable:
+        adapter declares `gradients=False`: no autograd graph joins its inputs to its result)."""
+        if not self.gradients:
             return []
         return [n for n, p in self.signature.parameters.items()
                 if _is_float(p.annotation) or p.annotation == dict[str, Tensor]]
@@ -145,7 +146,8 @@ ADAPTERS: dict[str, Adapter] = {}
 
 
 def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAULT_TOLERANCE, stub: str = "",
-            example: dict | None = None, drills: tuple[str, ...] = (), differentiable: bool = True):
+            example: dict | None = None, drills: tuple[str, ...] = (), gradients: bool = True,
+            check: str = "output"):
     """Declare one adapter: its unit, the student/ module and `glue` body the rendered
     adapters use, its points, its output tolerance and its student stub; for a module builder,
     the arguments the suite builds it with (`example`).
@@ -154,11 +156,10 @@ def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAU
     own tests call, but returns a class, works in place, draws at random or writes a file, so no fixture
     can store what it does. `drills` names the contract functions that exercise it, tensors in and
     tensors out: they hold its cases, tests and points (so they also run, unchanged, in the grading
-    worker), and it has none (points=0).
-
-    `differentiable=False`: the function's result is not a differentiable function of its inputs as
-    correct code computes it (gradients clipped in place under no_grad, weights after optimizer
-    steps), so its cases get output checks only."""
+    worker), and it has none (points=0). `gradients=False`: no gradient check, for a result that no
+    autograd graph joins to the inputs (the parameters after optimizer steps). `check="train"`: a
+    training run, whose final weights no stored answer can match (float32 over hundreds of steps):
+    its cases are judged by properties of what it trained (check_training), not against the reference."""
     if unit not in {u.key for u in UNITS}:  # else the function silently vanishes from the progress table
         raise ValueError(f"unknown unit {unit!r}; the units are {', '.join(repr(u.key) for u in UNITS)} "
                          "(add a Unit to UNITS in harness/contract.py for a new one)")
@@ -168,7 +169,7 @@ def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAU
     def register(spec):
         ADAPTERS[spec.__name__] = Adapter(spec.__name__, unit, spec, textwrap.dedent(glue).strip(), module,
                                           points, tolerance, textwrap.dedent(stub).strip(), example, tuple(drills),
-                                          differentiable)
+                                          gradients, check)
         order = [u.key for u in UNITS]
         ranked = sorted(ADAPTERS.values(), key=lambda a: order.index(a.unit))  # stable: declaration order within
         ADAPTERS.clear()
@@ -1176,7 +1177,7 @@ def run_gradient_clipping(parameters: Iterable[torch.nn.Parameter], max_l2_norm:
                                                     requires_grad=False))
     impl.training.gradient_clipping((p for p in parameters), max_l2_norm)  # a generator, as model.parameters()
     return torch.cat([p.grad.flatten() for p in parameters if p.grad is not None])
-""", points=2, differentiable=False)
+""", points=2, gradients=False)
 def run_clip_gradients(
     gradients: dict[str, Tensor],
     max_l2_norm: float,
@@ -1299,7 +1300,7 @@ def run_load_checkpoint(
     import io
     import tempfile
 
-    def fresh(scale):  # a small model of the harness's own (Linear, tanh, Linear) and its AdamW
+    def fresh(scale):  # a small model of the harness's own (Linear, tanh, Linear) and your AdamW
         model = torch.nn.Sequential(
             torch.nn.Linear(w1.shape[1], w1.shape[0], bias=False, dtype=w1.dtype, device=w1.device),
             torch.nn.Tanh(),
@@ -1307,7 +1308,7 @@ def run_load_checkpoint(
         with torch.no_grad():
             model[0].weight.copy_(w1 * scale)
             model[2].weight.copy_(w2 * scale)
-        return model, torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1)
+        return model, impl.optimizer.AdamW(model.parameters(), lr=lr, weight_decay=0.1)
 
     def train(model, optimizer, steps):
         for i in steps:
@@ -1327,7 +1328,7 @@ def run_load_checkpoint(
         iteration = impl.training.load_checkpoint(checkpoint, resumed, resumed_optimizer)
     train(resumed, resumed_optimizer, range(iteration, len(inputs)))
     return torch.stack([torch.cat([p.detach().flatten() for p in m.parameters()]) for m in (model, resumed)])
-""", points=2, tolerance=(1e-4, 1e-3), differentiable=False)
+""", points=2, tolerance=(1e-4, 1e-3), gradients=False)
 def run_resume_training(
     w1: Float[Tensor, "d_hidden d_in"],
     w2: Float[Tensor, "d_out d_hidden"],
@@ -1338,7 +1339,8 @@ def run_resume_training(
     to_file: bool,
 ) -> Float[Tensor, "runs params"]:
     """A drill of run_save_checkpoint and run_load_checkpoint (you write nothing here): a small model
-    (weights w1, w2; x -> w2 tanh(w1 x)) trains with AdamW, one step per (inputs[i], targets[i]). At
+    (weights w1, w2; x -> w2 tanh(w1 x)) trains with your AdamW (get_adamw_cls), one step per
+    (inputs[i], targets[i]), on the mean squared error. At
     step save_at your save_checkpoint saves it (to a file with to_file, else to an io.BytesIO), and the
     run goes on to the last step. A second model, with other weights and a fresh AdamW, is restored by
     your load_checkpoint and trains from the iteration it returns to the last step.
@@ -1350,7 +1352,218 @@ def run_resume_training(
 
 # ---------------------------------------------------------------- Train it: AdamW, the schedule, a training run
 
-# (get_adamw_cls, run_get_lr_cosine_schedule, the end-to-end run)
+@adapter("train", "optimizer", "return impl.optimizer.AdamW", points=0, drills=("run_adamw_steps", "run_adamw_resumed"),
+         stub='''
+    class AdamW(torch.optim.Optimizer):
+        """AdamW (see get_adamw_cls in adapters.py). Write __init__ and step(closure=None)."""
+
+        def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                     weight_decay: float = 0.01):
+''')
+def get_adamw_cls() -> type[torch.optim.Optimizer]:
+    """Your AdamW class (a torch.optim.Optimizer), as CS336 calls it:
+    get_adamw_cls()(model.parameters(), lr=..., betas=(beta1, beta2), eps=..., weight_decay=...).
+
+    The arguments and the arithmetic are torch.optim.AdamW's. For each parameter p with a
+    gradient g, at its own step t = 1, 2, ...:
+
+        p = p - lr * weight_decay * p          (decoupled decay: not added to g)
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g^2
+        p = p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+
+    Rules:
+        - Bias correction: without the 1 - beta^t factors the first steps are 10x too small
+          (beta1 = 0.9) and the steps that follow too large.
+        - Decay is decoupled: adding weight_decay * p to the gradient (L2) sends it through
+          m / sqrt(v), so a parameter with a zero gradient would move by about lr per step.
+        - A parameter whose .grad is None at a step is skipped: no decay, and its m, v and t
+          stay as they were. Each parameter counts its own t; a zero gradient is a step.
+        - The state (m, v, t of every parameter) lives in self.state[p], so state_dict() and
+          load_state_dict() carry it: training resumed in a fresh optimizer continues exactly.
+        - Read lr (and the rest) from each param group at every step: a schedule sets
+          group["lr"] between steps.
+
+    The CS336 handout's order (decay after the update, eps outside the bias correction) differs
+    from this by rounding only, and passes too. Checked by run_adamw_steps and run_adamw_resumed.
+    """
+
+
+@adapter("train", "optimizer", """
+    names = sorted(params)
+    weights = {k: torch.nn.Parameter(params[k].detach().clone()) for k in names}
+    optimizer = impl.optimizer.AdamW([weights[k] for k in names], lr=lr, betas=(beta1, beta2), eps=eps,
+                                     weight_decay=weight_decay)
+    trajectory = []
+    for t in range(grads[names[0]].shape[0]):
+        for k in names:
+            weights[k].grad = grads[k][t].clone() if has_grad[k][t] else None
+        optimizer.step()
+        trajectory.append(torch.cat([weights[k].detach().flatten() for k in names]))
+    return torch.stack(trajectory)
+""", points=4, gradients=False)
+def run_adamw_steps(
+    params: dict[str, Tensor],
+    grads: dict[str, Tensor],
+    has_grad: dict[str, Tensor],
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+) -> Float[Tensor, "steps total"]:
+    """Your AdamW (get_adamw_cls) stepped over given gradients: the parameters after every step.
+
+    Args:
+        params: the initial parameters, name -> tensor of any shape.
+        grads: name -> [steps, *shape], the gradient each parameter gets at each step (mostly
+            zeros, as an embedding table's are).
+        has_grad: name -> bool [steps]; False: that parameter's .grad is None at that step
+            (it must be skipped, as torch.optim.AdamW skips it).
+        lr, beta1, beta2, eps, weight_decay: the optimizer's settings.
+
+    Returns:
+        [steps, total]: after each step, every parameter flattened and concatenated in sorted
+        name order (total = their sizes added up).
+    """
+
+
+@adapter("train", "optimizer", """
+    names = sorted(params)
+    settings = dict(lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=weight_decay)
+    weights = {k: torch.nn.Parameter(params[k].detach().clone()) for k in names}
+    optimizer = impl.optimizer.AdamW([weights[k] for k in names], **settings)
+    trajectory = []
+    for t in range(grads[names[0]].shape[0]):
+        if t == resume_at:  # as a checkpoint would: copies of the weights and of the optimizer's state_dict()
+            state = torch.utils._pytree.tree_map(
+                lambda v: v.clone() if isinstance(v, torch.Tensor) else v, optimizer.state_dict())
+            weights = {k: torch.nn.Parameter(weights[k].detach().clone()) for k in names}
+            optimizer = impl.optimizer.AdamW([weights[k] for k in names], **settings)
+            optimizer.load_state_dict(state)
+        for k in names:
+            weights[k].grad = grads[k][t].clone() if has_grad[k][t] else None
+        optimizer.step()
+        trajectory.append(torch.cat([weights[k].detach().flatten() for k in names]))
+    return torch.stack(trajectory)
+""", points=2, gradients=False)
+def run_adamw_resumed(
+    params: dict[str, Tensor],
+    grads: dict[str, Tensor],
+    has_grad: dict[str, Tensor],
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    resume_at: int,
+) -> Float[Tensor, "steps total"]:
+    """run_adamw_steps, interrupted: before step `resume_at` (0-based) the weights are copied and
+    a fresh AdamW over the copies loads the first one's state_dict(). The trajectory must be the
+    uninterrupted one, exactly: every bit of the state (m, v and each parameter's step count) has
+    to be in state_dict(). Args and Returns as run_adamw_steps."""
+
+
+@adapter("train", "optimizer", """
+    return impl.optimizer.lr_cosine_schedule(it, max_learning_rate, min_learning_rate, warmup_iters, cosine_cycle_iters)
+""", points=0, drills=("run_lr_schedule",),
+         stub="def lr_cosine_schedule(it: int, max_learning_rate: float, min_learning_rate: float, warmup_iters: int, "
+              "cosine_cycle_iters: int) -> float:")
+def run_get_lr_cosine_schedule(
+    it: int,
+    max_learning_rate: float,
+    min_learning_rate: float,
+    warmup_iters: int,
+    cosine_cycle_iters: int,
+) -> float:
+    """The learning rate at iteration `it` (0-based): linear warmup, cosine decay, then constant.
+
+        it < warmup_iters:                      it / warmup_iters * max_learning_rate
+        warmup_iters <= it <= cosine_cycle_iters:
+            min + (1 + cos(pi * (it - warmup_iters) / (cosine_cycle_iters - warmup_iters))) / 2 * (max - min)
+        it > cosine_cycle_iters:                min_learning_rate
+
+    So it = 0 gives 0, it = warmup_iters gives exactly the maximum, it = cosine_cycle_iters
+    exactly the minimum, and every later iteration the minimum. warmup_iters may be 0 (no
+    warmup); warmup_iters < cosine_cycle_iters. Checked by run_lr_schedule, at every iteration.
+    """
+
+
+@adapter("train", "optimizer", """
+    return torch.tensor([float(impl.optimizer.lr_cosine_schedule(it, max_learning_rate, min_learning_rate, warmup_iters,
+                                                                 cosine_cycle_iters)) for it in range(num_iters)])
+""", points=3, tolerance=(1e-9, 1e-6))
+def run_lr_schedule(
+    max_learning_rate: float,
+    min_learning_rate: float,
+    warmup_iters: int,
+    cosine_cycle_iters: int,
+    num_iters: int,
+) -> Float[Tensor, "num_iters"]:
+    """run_get_lr_cosine_schedule at every iteration 0 .. num_iters - 1, as float32 (num_iters >
+    cosine_cycle_iters + 1, so every boundary is in: 0, warmup_iters - 1, warmup_iters,
+    cosine_cycle_iters, cosine_cycle_iters + 1 and beyond). Exact at the boundaries: within
+    1e-6 of each value."""
+
+
+@adapter("train", "optimizer", """
+    model = impl.model.TransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta)
+    model.load_state_dict(weights)
+    optimizer = impl.optimizer.AdamW(model.parameters(), lr=max_learning_rate, weight_decay=weight_decay)
+    generator = torch.Generator().manual_seed(seed)
+    for t in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = impl.optimizer.lr_cosine_schedule(t, max_learning_rate, min_learning_rate, warmup_iters, steps)
+        # Until the loss, batch and clipping functions of this unit land: torch's own (the same arithmetic).
+        starts = torch.randint(0, corpus.shape[0] - context_length, (batch_size,), generator=generator)
+        x = torch.stack([corpus[s:s + context_length] for s in starts])
+        y = torch.stack([corpus[s + 1:s + context_length + 1] for s in starts])
+        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_l2_norm)
+        optimizer.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+""", points=6, gradients=False, check="train")
+def run_train_tiny_lm(
+    weights: dict[str, Tensor],
+    corpus: Int[Tensor, "n"],
+    vocab_size: int,
+    context_length: int,
+    d_model: int,
+    num_layers: int,
+    num_heads: int,
+    d_ff: int,
+    rope_theta: float,
+    steps: int,
+    batch_size: int,
+    max_learning_rate: float,
+    min_learning_rate: float,
+    warmup_iters: int,
+    weight_decay: float,
+    max_l2_norm: float,
+    seed: int,
+) -> dict[str, Tensor]:
+    """Train your transformer LM end to end: the final state_dict() after `steps` steps.
+
+    Your TransformerLM (get_transformer_lm) starts from `weights` (the run_transformer_lm keys);
+    each step draws `batch_size` windows of the corpus (seeded by `seed`), takes the mean
+    cross-entropy of the next token, clips the gradients to a global L2 norm of max_l2_norm,
+    sets the learning rate of step t (0-based) from your lr_cosine_schedule(t, max, min,
+    warmup_iters, steps), and steps your AdamW (default betas and eps). Nothing here is yours
+    but the model, AdamW and the schedule: this glue is the training loop.
+
+    The corpus follows a fixed rule, so a trained model can be measured: the next token is a
+    fixed permutation (one cycle) of the previous one, over some of the vocabulary; the other
+    tokens never occur. The test judges the weights you return, never a loss you report:
+        - the mean cross-entropy on windows of the rule from every token that occurs falls well
+          below that of the initial weights (computed by the test, with a forward it trusts);
+        - every embedding row of a token that occurs moves: the embeddings train jointly with
+          everything else, from the first step (no separate or frozen embedding phase);
+        - every row of a token that never occurs gets no gradient, so it changes by weight decay
+          alone: exactly the initial row times prod_t (1 - lr_t * weight_decay);
+        - the same seed gives the same weights, bit for bit.
+    """
 
 
 # The docstring of each student/ module; a module not listed gets a generic one.
@@ -1364,6 +1577,7 @@ STUDENT_MODULES = {
             "the GPT-2 block and LM.\n\n"
             "Parameter names are part of the contract (see run_gpt2_lm in adapters.py).",
     "accounting": "Accounting: parameter and FLOP counts.",
+    "optimizer": "Train it: AdamW and the cosine learning-rate schedule.",
     "training": "Train it: the cross-entropy loss, gradient clipping, training batches and checkpoints.",
 }
 
@@ -1386,8 +1600,9 @@ def _stub_body(stub: str, module: str) -> str:
     """A stub definition plus a body that raises, naming the adapters that call it."""
     symbol = stub.split()[1].split("(")[0]
     message = f"see the docstring of {' and '.join(_callers(module, symbol + '('))} in adapters.py"
-    if stub.startswith("class "):
-        return f'{stub}\n        super().__init__()\n        raise NotImplementedError("{message}")\n'
+    if stub.startswith("class "):  # an nn.Module calls its base first; an Optimizer's base needs the params
+        base = "        super().__init__()\n" if "(nn.Module)" in stub.splitlines()[0] else ""
+        return f'{stub}\n{base}        raise NotImplementedError("{message}")\n'
     return f'{stub}\n    raise NotImplementedError("{message}")\n'
 
 

@@ -20,6 +20,7 @@ import reference.attention  # noqa: F401
 import reference.embeddings  # noqa: F401
 import reference.gpt2  # noqa: F401
 import reference.model  # noqa: F401
+import reference.optimizer  # noqa: F401
 import reference.rope  # noqa: F401
 import reference.training  # noqa: F401
 
@@ -941,7 +942,8 @@ def run_resume_training(
     to_file: bool,
 ) -> Float[Tensor, "runs params"]:
     """A drill of run_save_checkpoint and run_load_checkpoint (you write nothing here): a small model
-    (weights w1, w2; x -> w2 tanh(w1 x)) trains with AdamW, one step per (inputs[i], targets[i]). At
+    (weights w1, w2; x -> w2 tanh(w1 x)) trains with your AdamW (get_adamw_cls), one step per
+    (inputs[i], targets[i]), on the mean squared error. At
     step save_at your save_checkpoint saves it (to a file with to_file, else to an io.BytesIO), and the
     run goes on to the last step. A second model, with other weights and a fresh AdamW, is restored by
     your load_checkpoint and trains from the iteration it returns to the last step.
@@ -952,7 +954,7 @@ def run_resume_training(
     import io
     import tempfile
 
-    def fresh(scale):  # a small model of the harness's own (Linear, tanh, Linear) and its AdamW
+    def fresh(scale):  # a small model of the harness's own (Linear, tanh, Linear) and your AdamW
         model = torch.nn.Sequential(
             torch.nn.Linear(w1.shape[1], w1.shape[0], bias=False, dtype=w1.dtype, device=w1.device),
             torch.nn.Tanh(),
@@ -960,7 +962,7 @@ def run_resume_training(
         with torch.no_grad():
             model[0].weight.copy_(w1 * scale)
             model[2].weight.copy_(w2 * scale)
-        return model, torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1)
+        return model, impl.optimizer.AdamW(model.parameters(), lr=lr, weight_decay=0.1)
 
     def train(model, optimizer, steps):
         for i in steps:
@@ -980,3 +982,198 @@ def run_resume_training(
         iteration = impl.training.load_checkpoint(checkpoint, resumed, resumed_optimizer)
     train(resumed, resumed_optimizer, range(iteration, len(inputs)))
     return torch.stack([torch.cat([p.detach().flatten() for p in m.parameters()]) for m in (model, resumed)])
+
+
+def get_adamw_cls() -> type[torch.optim.Optimizer]:
+    """Your AdamW class (a torch.optim.Optimizer), as CS336 calls it:
+    get_adamw_cls()(model.parameters(), lr=..., betas=(beta1, beta2), eps=..., weight_decay=...).
+
+    The arguments and the arithmetic are torch.optim.AdamW's. For each parameter p with a
+    gradient g, at its own step t = 1, 2, ...:
+
+        p = p - lr * weight_decay * p          (decoupled decay: not added to g)
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g^2
+        p = p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+
+    Rules:
+        - Bias correction: without the 1 - beta^t factors the first steps are 10x too small
+          (beta1 = 0.9) and the steps that follow too large.
+        - Decay is decoupled: adding weight_decay * p to the gradient (L2) sends it through
+          m / sqrt(v), so a parameter with a zero gradient would move by about lr per step.
+        - A parameter whose .grad is None at a step is skipped: no decay, and its m, v and t
+          stay as they were. Each parameter counts its own t; a zero gradient is a step.
+        - The state (m, v, t of every parameter) lives in self.state[p], so state_dict() and
+          load_state_dict() carry it: training resumed in a fresh optimizer continues exactly.
+        - Read lr (and the rest) from each param group at every step: a schedule sets
+          group["lr"] between steps.
+
+    The CS336 handout's order (decay after the update, eps outside the bias correction) differs
+    from this by rounding only, and passes too. Checked by run_adamw_steps and run_adamw_resumed.
+    """
+    return impl.optimizer.AdamW
+
+
+def run_adamw_steps(
+    params: dict[str, Tensor],
+    grads: dict[str, Tensor],
+    has_grad: dict[str, Tensor],
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+) -> Float[Tensor, "steps total"]:
+    """Your AdamW (get_adamw_cls) stepped over given gradients: the parameters after every step.
+
+    Args:
+        params: the initial parameters, name -> tensor of any shape.
+        grads: name -> [steps, *shape], the gradient each parameter gets at each step (mostly
+            zeros, as an embedding table's are).
+        has_grad: name -> bool [steps]; False: that parameter's .grad is None at that step
+            (it must be skipped, as torch.optim.AdamW skips it).
+        lr, beta1, beta2, eps, weight_decay: the optimizer's settings.
+
+    Returns:
+        [steps, total]: after each step, every parameter flattened and concatenated in sorted
+        name order (total = their sizes added up).
+    """
+    names = sorted(params)
+    weights = {k: torch.nn.Parameter(params[k].detach().clone()) for k in names}
+    optimizer = impl.optimizer.AdamW([weights[k] for k in names], lr=lr, betas=(beta1, beta2), eps=eps,
+                                     weight_decay=weight_decay)
+    trajectory = []
+    for t in range(grads[names[0]].shape[0]):
+        for k in names:
+            weights[k].grad = grads[k][t].clone() if has_grad[k][t] else None
+        optimizer.step()
+        trajectory.append(torch.cat([weights[k].detach().flatten() for k in names]))
+    return torch.stack(trajectory)
+
+
+def run_adamw_resumed(
+    params: dict[str, Tensor],
+    grads: dict[str, Tensor],
+    has_grad: dict[str, Tensor],
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    resume_at: int,
+) -> Float[Tensor, "steps total"]:
+    """run_adamw_steps, interrupted: before step `resume_at` (0-based) the weights are copied and
+    a fresh AdamW over the copies loads the first one's state_dict(). The trajectory must be the
+    uninterrupted one, exactly: every bit of the state (m, v and each parameter's step count) has
+    to be in state_dict(). Args and Returns as run_adamw_steps."""
+    names = sorted(params)
+    settings = dict(lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=weight_decay)
+    weights = {k: torch.nn.Parameter(params[k].detach().clone()) for k in names}
+    optimizer = impl.optimizer.AdamW([weights[k] for k in names], **settings)
+    trajectory = []
+    for t in range(grads[names[0]].shape[0]):
+        if t == resume_at:  # as a checkpoint would: copies of the weights and of the optimizer's state_dict()
+            state = torch.utils._pytree.tree_map(
+                lambda v: v.clone() if isinstance(v, torch.Tensor) else v, optimizer.state_dict())
+            weights = {k: torch.nn.Parameter(weights[k].detach().clone()) for k in names}
+            optimizer = impl.optimizer.AdamW([weights[k] for k in names], **settings)
+            optimizer.load_state_dict(state)
+        for k in names:
+            weights[k].grad = grads[k][t].clone() if has_grad[k][t] else None
+        optimizer.step()
+        trajectory.append(torch.cat([weights[k].detach().flatten() for k in names]))
+    return torch.stack(trajectory)
+
+
+def run_get_lr_cosine_schedule(
+    it: int,
+    max_learning_rate: float,
+    min_learning_rate: float,
+    warmup_iters: int,
+    cosine_cycle_iters: int,
+) -> float:
+    """The learning rate at iteration `it` (0-based): linear warmup, cosine decay, then constant.
+
+        it < warmup_iters:                      it / warmup_iters * max_learning_rate
+        warmup_iters <= it <= cosine_cycle_iters:
+            min + (1 + cos(pi * (it - warmup_iters) / (cosine_cycle_iters - warmup_iters))) / 2 * (max - min)
+        it > cosine_cycle_iters:                min_learning_rate
+
+    So it = 0 gives 0, it = warmup_iters gives exactly the maximum, it = cosine_cycle_iters
+    exactly the minimum, and every later iteration the minimum. warmup_iters may be 0 (no
+    warmup); warmup_iters < cosine_cycle_iters. Checked by run_lr_schedule, at every iteration.
+    """
+    return impl.optimizer.lr_cosine_schedule(it, max_learning_rate, min_learning_rate, warmup_iters, cosine_cycle_iters)
+
+
+def run_lr_schedule(
+    max_learning_rate: float,
+    min_learning_rate: float,
+    warmup_iters: int,
+    cosine_cycle_iters: int,
+    num_iters: int,
+) -> Float[Tensor, "num_iters"]:
+    """run_get_lr_cosine_schedule at every iteration 0 .. num_iters - 1, as float32 (num_iters >
+    cosine_cycle_iters + 1, so every boundary is in: 0, warmup_iters - 1, warmup_iters,
+    cosine_cycle_iters, cosine_cycle_iters + 1 and beyond). Exact at the boundaries: within
+    1e-6 of each value."""
+    return torch.tensor([float(impl.optimizer.lr_cosine_schedule(it, max_learning_rate, min_learning_rate, warmup_iters,
+                                                                 cosine_cycle_iters)) for it in range(num_iters)])
+
+
+def run_train_tiny_lm(
+    weights: dict[str, Tensor],
+    corpus: Int[Tensor, "n"],
+    vocab_size: int,
+    context_length: int,
+    d_model: int,
+    num_layers: int,
+    num_heads: int,
+    d_ff: int,
+    rope_theta: float,
+    steps: int,
+    batch_size: int,
+    max_learning_rate: float,
+    min_learning_rate: float,
+    warmup_iters: int,
+    weight_decay: float,
+    max_l2_norm: float,
+    seed: int,
+) -> dict[str, Tensor]:
+    """Train your transformer LM end to end: the final state_dict() after `steps` steps.
+
+    Your TransformerLM (get_transformer_lm) starts from `weights` (the run_transformer_lm keys);
+    each step draws `batch_size` windows of the corpus (seeded by `seed`), takes the mean
+    cross-entropy of the next token, clips the gradients to a global L2 norm of max_l2_norm,
+    sets the learning rate of step t (0-based) from your lr_cosine_schedule(t, max, min,
+    warmup_iters, steps), and steps your AdamW (default betas and eps). Nothing here is yours
+    but the model, AdamW and the schedule: this glue is the training loop.
+
+    The corpus follows a fixed rule, so a trained model can be measured: the next token is a
+    fixed permutation (one cycle) of the previous one, over some of the vocabulary; the other
+    tokens never occur. The test judges the weights you return, never a loss you report:
+        - the mean cross-entropy on windows of the rule from every token that occurs falls well
+          below that of the initial weights (computed by the test, with a forward it trusts);
+        - every embedding row of a token that occurs moves: the embeddings train jointly with
+          everything else, from the first step (no separate or frozen embedding phase);
+        - every row of a token that never occurs gets no gradient, so it changes by weight decay
+          alone: exactly the initial row times prod_t (1 - lr_t * weight_decay);
+        - the same seed gives the same weights, bit for bit.
+    """
+    model = impl.model.TransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta)
+    model.load_state_dict(weights)
+    optimizer = impl.optimizer.AdamW(model.parameters(), lr=max_learning_rate, weight_decay=weight_decay)
+    generator = torch.Generator().manual_seed(seed)
+    for t in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = impl.optimizer.lr_cosine_schedule(t, max_learning_rate, min_learning_rate, warmup_iters, steps)
+        # Until the loss, batch and clipping functions of this unit land: torch's own (the same arithmetic).
+        starts = torch.randint(0, corpus.shape[0] - context_length, (batch_size,), generator=generator)
+        x = torch.stack([corpus[s:s + context_length] for s in starts])
+        y = torch.stack([corpus[s + 1:s + context_length + 1] for s in starts])
+        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_l2_norm)
+        optimizer.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}

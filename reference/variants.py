@@ -1292,3 +1292,111 @@ register("checkpoint_torch_save", "torch.save / torch.load of a dict with other 
 
 
 # ================================================================ Train it: AdamW, the schedule, the end-to-end run
+
+from reference import optimizer  # noqa: E402  (this half's own import: the sections are built side by side)
+
+
+class _AdamW(optimizer.AdamW):
+    """AdamW with a knob per known way of getting it wrong; the defaults are the reference's arithmetic."""
+    bias_correction = True
+    decay = "before"        # "before" the Adam step (torch), "after" it (the CS336 handout), or "l2" (into g)
+    eps_inside = True       # eps added to sqrt(v_hat) (torch); False: to sqrt(v), the handout's alpha_t form
+    shared_step = False     # one step count for the optimizer, kept in an attribute outside self.state
+    none_as_zero = False    # a parameter without a gradient stepped as if its gradient were 0
+    foreach = False         # the whole group's update with torch._foreach_* ops
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        self.__dict__.setdefault("calls", 0)
+        self.calls += 1
+        for group in self.param_groups:
+            lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+            params = [p for p in group["params"] if p.grad is not None or self.none_as_zero]
+            if self.foreach:
+                self._foreach_step(params, lr, beta1, beta2, eps, wd)
+                continue
+            for p in params:
+                g = p.grad if p.grad is not None else torch.zeros_like(p)
+                state = self.state[p]
+                if not state:
+                    state.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+                state["step"] += 1
+                t = self.calls if self.shared_step else state["step"]
+                m, v = state["exp_avg"], state["exp_avg_sq"]
+                if self.decay == "l2":
+                    g = g + wd * p
+                elif self.decay == "before":
+                    p.mul_(1 - lr * wd)
+                m.mul_(beta1).add_(g, alpha=1 - beta1)
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                c1, c2 = (1 - beta1 ** t, 1 - beta2 ** t) if self.bias_correction else (1.0, 1.0)
+                if self.eps_inside:
+                    p.addcdiv_(m, (v / c2).sqrt() + eps, value=-lr / c1)
+                else:
+                    p.addcdiv_(m, v.sqrt() + eps, value=-lr * math.sqrt(c2) / c1)
+                if self.decay == "after":
+                    p.sub_(lr * wd * p)
+
+    def _foreach_step(self, params, lr, beta1, beta2, eps, wd):
+        for p in params:
+            if not self.state[p]:
+                self.state[p].update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+            self.state[p]["step"] += 1
+        if not params:
+            return
+        grads = [p.grad for p in params]
+        ms, vs = [self.state[p]["exp_avg"] for p in params], [self.state[p]["exp_avg_sq"] for p in params]
+        steps = [self.state[p]["step"] for p in params]
+        torch._foreach_mul_(params, 1 - lr * wd)
+        torch._foreach_lerp_(ms, grads, 1 - beta1)
+        torch._foreach_mul_(vs, beta2)
+        torch._foreach_addcmul_(vs, grads, grads, value=1 - beta2)
+        denominators = torch._foreach_add(torch._foreach_sqrt(
+            torch._foreach_div(vs, [1 - beta2 ** t for t in steps])), eps)
+        torch._foreach_addcdiv_(params, ms, denominators, [-lr / (1 - beta1 ** t) for t in steps])
+
+
+def _schedule(*, warmup_shift=0, cycle_from_zero=False, torch_cos=False):
+    def schedule(it, max_learning_rate, min_learning_rate, warmup_iters, cosine_cycle_iters):
+        if it < warmup_iters:
+            return (it + warmup_shift) / warmup_iters * max_learning_rate
+        if it > cosine_cycle_iters:
+            return min_learning_rate
+        span = cosine_cycle_iters if cycle_from_zero else cosine_cycle_iters - warmup_iters
+        progress = (it - warmup_iters) / span
+        cos = torch.cos(torch.tensor(math.pi * progress)) if torch_cos else math.cos(math.pi * progress)
+        return min_learning_rate + 0.5 * (1 + cos) * (max_learning_rate - min_learning_rate)
+    return schedule
+
+
+register("adamw_no_bias_correction", "AdamW without bias correction",
+         hint="AdamW without bias correction: divide m by 1 - beta1^t and v by 1 - beta2^t (t counts each "
+              "parameter's steps from 1)",
+         optimizer__AdamW=_set(_AdamW, bias_correction=False))
+register("adamw_l2_not_decoupled", "weight decay added to the gradient (L2) instead of decoupled",
+         hint="weight decay added to the gradient (L2, Adam's weight_decay): AdamW decays the parameter itself, "
+              "p -= lr * weight_decay * p, outside m and v",
+         optimizer__AdamW=_set(_AdamW, decay="l2"))
+register("adamw_shared_step_count", "one step count for the whole optimizer, outside its state",
+         hint="one step count t for the whole optimizer, kept outside self.state: each parameter counts its own "
+              "steps (a skipped one does not advance), in self.state[p], so that state_dict() carries it",
+         optimizer__AdamW=_set(_AdamW, shared_step=True))
+register("adamw_steps_without_gradient", "a parameter whose .grad is None is stepped as if it were 0",
+         hint="parameters whose .grad is None are stepped (as a zero gradient: decayed, moments decayed, t "
+              "advanced); skip them, as torch.optim.AdamW does",
+         optimizer__AdamW=_set(_AdamW, none_as_zero=True))
+register("warmup_off_by_one", "warmup reaches the maximum one iteration early",
+         hint="warmup off by one: (it + 1) / warmup_iters reaches the maximum at it = warmup_iters - 1; the "
+              "learning rate is it / warmup_iters * max (0 at it = 0)",
+         optimizer__lr_cosine_schedule=_schedule(warmup_shift=1))
+register("cosine_over_whole_cycle", "the cosine's progress divided by cosine_cycle_iters",
+         hint="the cosine's progress divided by cosine_cycle_iters; it runs over the iterations after warmup: "
+              "(it - warmup_iters) / (cosine_cycle_iters - warmup_iters)",
+         optimizer__lr_cosine_schedule=_schedule(cycle_from_zero=True))
+register("adamw_cs336_handout", "AdamW in the CS336 handout's order: alpha_t, then decay", correct=True,
+         optimizer__AdamW=_set(_AdamW, decay="after", eps_inside=False))
+register("adamw_foreach", "AdamW with torch._foreach_* updates over each group", correct=True,
+         optimizer__AdamW=_set(_AdamW, foreach=True))
+register("adamw_torch", "torch.optim.AdamW itself", correct=True, optimizer__AdamW=torch.optim.AdamW)
+register("schedule_torch_cos", "the schedule with torch.cos, returning a tensor", correct=True,
+         optimizer__lr_cosine_schedule=_schedule(torch_cos=True))

@@ -81,7 +81,10 @@ def problems(catalogue) -> list[str]:
     """Every broken rule of the catalogue, one line each naming the case or function (empty when all hold)."""
     out = [p for spec in catalogue for p in case_problems(spec)]
     functions = sorted({s.function for s in catalogue} & set(ADAPTERS))
-    out += [f"{f}: {p}" for f in functions for p in _guarded(unvaried, f, catalogue)]
+    # A training run's scalars configure the glue's own loop, and it has no stored answer to pass by a
+    # hard-coded size: it is judged by what it trains (its twin draws a fresh corpus and weights).
+    varied = [f for f in functions if ADAPTERS[f].check != "train"]
+    out += [f"{f}: {p}" for f in varied for p in _guarded(unvaried, f, catalogue)]
     return out + [f"{f}: {p}" for f in functions if (p := narrow_spread(f, catalogue))]
 
 

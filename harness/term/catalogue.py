@@ -41,6 +41,12 @@ class Gen:
             # Every query keeps at least one key: fully masked rows are undefined.
             keep = torch.randint(0, self.shape[-1], self.shape[:-1], generator=g)
             t.scatter_(-1, keep[..., None], True)
+        elif self.kind == "sparse":  # mostly zeros, as an embedding table's gradient is
+            t = torch.randn(self.shape, generator=g) * p["scale"] * (torch.rand(self.shape, generator=g) < p["density"])
+        elif self.kind == "chain":  # a fixed cycle over `used` tokens of the vocabulary, from a random start
+            cycle = torch.randperm(p["vocab"], generator=g)[:p["used"]]
+            start = int(torch.randint(0, p["used"], (), generator=g))
+            t = cycle[(torch.arange(self.shape[0]) + start) % p["used"]]
         elif self.kind == "given":
             t = torch.tensor(p["values"])
         else:
@@ -77,6 +83,17 @@ def ints(*shape, high, low=0) -> Gen:
 def mask(*shape) -> Gen:
     """A random boolean attention mask [..., queries, keys] with no fully masked row."""
     return Gen("mask", shape)
+
+
+def sparse(*shape, density=0.2, scale=1.0) -> Gen:
+    """Gaussian values of which only a share `density` is nonzero."""
+    return Gen("sparse", shape, {"density": density, "scale": scale})
+
+
+def chain(n, *, vocab, used) -> Gen:
+    """A corpus of n int64 ids whose next token is a fixed permutation (one cycle) of the previous one,
+    over `used` random tokens of [0, vocab): the others never occur."""
+    return Gen("chain", (n,), {"vocab": vocab, "used": used})
 
 
 def given(values) -> Gen:
@@ -726,8 +743,56 @@ TRAIN_PIECES: list[Spec] = [
          to_file=True),
 ]
 
+
+
+def adamw_inputs(steps: int, **shapes) -> dict:
+    """Initial parameters, mostly-zero gradients and which steps give each parameter a gradient
+    (about half: a skipped parameter keeps its moments and step count)."""
+    return dict(params={k: normal(*shape) for k, shape in shapes.items()},
+                grads={k: sparse(steps, *shape, density=0.3) for k, shape in shapes.items()},
+                has_grad={k: mask(steps) for k in shapes})
+
+
+ADAMW = dict(lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01)  # torch's defaults, a larger lr
+ADAMW_OTHER = dict(lr=3e-3, beta1=0.8, beta2=0.95, eps=1e-6, weight_decay=0.1)
+
 # Train it: AdamW, the schedule, the end-to-end run.
 TRAIN_RUN: list[Spec] = [
+    # ---- run_adamw_steps: a trajectory over many steps, several shapes, skipped and mostly-zero gradients
+    case("run_adamw_steps", "three-shapes", "matrix [6, 4], vector [5], 3-D [2, 3, 2]; 40 steps, torch's betas",
+         **ADAMW, **adamw_inputs(40, matrix=(6, 4), vector=(5,), cube=(2, 3, 2))),
+    case("run_adamw_steps", "other-settings", "betas (0.8, 0.95), eps 1e-6, weight_decay 0.1; embedding-like "
+         "table [12, 3] and a gain [3]; 60 steps", **ADAMW_OTHER, **adamw_inputs(60, table=(12, 3), gain=(3,))),
+    case("run_adamw_steps", "one-parameter", "a single [7] parameter; 25 steps", **ADAMW,
+         **adamw_inputs(25, weight=(7,))),
+    case("run_adamw_steps", "hidden-shapes", "", hidden=True, **ADAMW_OTHER,
+         **adamw_inputs(50, a=(3, 5), b=(4,), c=(2, 2, 3))),
+
+    # ---- run_adamw_resumed: state_dict() into a fresh optimizer half way
+    case("run_adamw_resumed", "resume-at-10", "matrix [5, 3] and vector [4], resumed before step 10 of 30",
+         **ADAMW, resume_at=10, **adamw_inputs(30, matrix=(5, 3), vector=(4,))),
+    case("run_adamw_resumed", "resume-at-23", "betas (0.8, 0.95); table [9, 2], resumed before step 23 of 40",
+         **ADAMW_OTHER, resume_at=23, **adamw_inputs(40, table=(9, 2), gain=(2,))),
+    case("run_adamw_resumed", "hidden-resume", "", hidden=True, **ADAMW, resume_at=17,
+         **adamw_inputs(35, a=(4, 3), b=(6,))),
+
+    # ---- run_lr_schedule: every iteration, every boundary
+    case("run_lr_schedule", "cs336-handout", "CS336's public test (max 1, min 0.1, warmup 7, cycle 21), 30 iterations",
+         max_learning_rate=1.0, min_learning_rate=0.1, warmup_iters=7, cosine_cycle_iters=21, num_iters=30),
+    case("run_lr_schedule", "small-lr", "max 3e-3, min 3e-4, warmup 10, cycle 40, 60 iterations",
+         max_learning_rate=3e-3, min_learning_rate=3e-4, warmup_iters=10, cosine_cycle_iters=40, num_iters=60),
+    case("run_lr_schedule", "no-warmup-min-0", "warmup 0 (the cosine from it = 0), min 0, cycle 12, 20 iterations",
+         max_learning_rate=0.5, min_learning_rate=0.0, warmup_iters=0, cosine_cycle_iters=12, num_iters=20),
+    case("run_lr_schedule", "hidden-long", "", hidden=True,
+         max_learning_rate=6e-4, min_learning_rate=6e-5, warmup_iters=20, cosine_cycle_iters=90, num_iters=120),
+
+    # ---- run_train_tiny_lm: judged by what it trains (a public case and its hidden twin: a fresh corpus,
+    # fresh weights); 60 steps are 0.2 s, and bring the reference from about ln V to about 0.003
+    case("run_train_tiny_lm", "cycle-16-of-24", "V=24, 16 tokens occur (a fixed cycle), T=8, d_model=16, 1 layer, "
+         "2 heads; 60 steps of 8 windows", check="train",
+         weights=lm_weights(24, 16, 1, 32), corpus=chain(256, vocab=24, used=16), vocab_size=24, context_length=8,
+         d_model=16, num_layers=1, num_heads=2, d_ff=32, rope_theta=10000.0, steps=60, batch_size=8,
+         max_learning_rate=5e-2, min_learning_rate=5e-3, warmup_iters=6, weight_decay=0.1, max_l2_norm=1.0, seed=0),
 ]
 
 CATALOGUE: list[Spec] = UNIT_2_1 + UNIT_2_2 + UNIT_2_5 + MODEL + GPT2 + ACCOUNTING + TRAIN_PIECES + TRAIN_RUN
