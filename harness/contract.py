@@ -11,11 +11,14 @@ groups functions by unit.
 """
 
 import inspect
+import os
 import re
 import textwrap
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Callable
+from typing import IO, BinaryIO, Callable
 
+import numpy.typing as npt
 import torch
 from jaxtyping import AbstractArray, Bool, Float, Int
 from torch import Tensor
@@ -1107,7 +1110,244 @@ def lm_weight_shapes(vocab_size: int, d_model: int, num_layers: int, d_ff: int) 
 
 # ---------------------------------------------------------------- Train it: loss, clipping, batches, checkpoints
 
-# (run_cross_entropy, run_gradient_clipping, run_get_batch, run_save_checkpoint, run_load_checkpoint)
+def cross_entropy_tolerance(tensors: dict) -> tuple[float, float]:
+    """Every correct form (the max subtracted, logsumexp, F.cross_entropy) rounds x - c in float32: one ulp
+    of the largest |logit| in the loss and its gradient. Allow 8 x 2^-23 x max|x| (as softmax_tolerance)."""
+    return max(1e-5, 8 * 2.0 ** -23 * tensors["inputs"].abs().max().item()), 1e-4
+
+
+@adapter("train", "training", "return impl.training.cross_entropy(inputs, targets)",
+         points=3, tolerance=cross_entropy_tolerance,
+         stub="def cross_entropy(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:")
+def run_cross_entropy(
+    inputs: Float[Tensor, "... vocab_size"],
+    targets: Int[Tensor, "..."],
+) -> Float[Tensor, ""]:
+    """The mean cross-entropy of next-token logits: mean over every example of -log softmax(x)[target].
+
+        loss_i = logsumexp(x_i) - x_i[t_i] = log(sum_j exp(x_ij - m_i)) - (x_i[t_i] - m_i),  m_i = max_j x_ij
+
+    Args:
+        inputs: unnormalised logits [..., vocab_size]: [batch, vocab_size] as in CS336, or
+            [batch, seq, vocab_size] straight from the LM; the softmax runs over the last axis.
+        targets: int64 class ids [...] (the leading shape of inputs), each in [0, vocab_size).
+
+    Returns:
+        a 0-d tensor: the mean over all leading positions, in the dtype of inputs.
+
+    Rules:
+        - Subtract each row's max before exp (or use logsumexp): logits of +-1000 must give a finite,
+          exact loss; exp(1000) is inf in float32.
+        - Pick the target's logit with gather or indexing. Never build a one-hot [..., vocab_size] tensor
+          (at GPT-2 scale, [8, 1024] ids and V=50257, it is 1.6 GB) and keep nothing for backward beyond
+          what autograd needs (one [..., vocab_size] tensor).
+        - Compute in float32 (upcast float16/bfloat16 logits) and return the inputs' dtype.
+        - Gradients must reach `inputs`.
+    """
+
+
+@adapter("train", "training", "impl.training.gradient_clipping(parameters, max_l2_norm)",
+         points=0, drills=("run_clip_gradients",),
+         stub="def gradient_clipping(parameters, max_l2_norm: float) -> None:")
+def run_gradient_clipping(parameters: Iterable[torch.nn.Parameter], max_l2_norm: float) -> None:
+    """Clip the gradients of `parameters`, in place, to a joint L2 norm of at most max_l2_norm (CS336).
+
+    The norm is one global norm over every gradient together, sqrt(sum over parameters of sum(g^2)),
+    not one per parameter. When it exceeds max_l2_norm, every gradient is multiplied by
+    max_l2_norm / (norm + 1e-6) (CS336's eps); a norm at or below the maximum leaves them untouched.
+    Parameters whose .grad is None (frozen, or unused) are skipped. `parameters` may be a generator,
+    as model.parameters() is: iterate it once. Compute the norm in float32 (upcast float16/bfloat16
+    gradients: their squares overflow float16) and write each gradient back in its own dtype.
+    torch.nn.utils.clip_grad_norm_ does the same (it scales by min(1, max / (norm + 1e-6)), which
+    differs only for norms within 1e-6 below the maximum).
+
+    An entry point: run_clip_gradients checks it, with tensors in and out.
+    """
+
+
+@adapter("train", "training", """
+    parameters = []
+    for name in sorted(gradients):
+        parameter = torch.nn.Parameter(torch.zeros_like(gradients[name]))
+        parameter.grad = gradients[name].detach().clone()
+        parameters.append(parameter)
+    for i in range(num_without_grad):  # frozen parameters: .grad is None
+        like = parameters[0]
+        parameters.insert(2 * i, torch.nn.Parameter(torch.ones(3, dtype=like.dtype, device=like.device),
+                                                    requires_grad=False))
+    impl.training.gradient_clipping((p for p in parameters), max_l2_norm)  # a generator, as model.parameters()
+    return torch.cat([p.grad.flatten() for p in parameters if p.grad is not None])
+""", points=2, gradients=False)
+def run_clip_gradients(
+    gradients: dict[str, Tensor],
+    max_l2_norm: float,
+    num_without_grad: int = 0,
+) -> Float[Tensor, "total"]:
+    """A drill of run_gradient_clipping (you write nothing here): your gradient_clipping on parameters
+    that carry these gradients, and num_without_grad frozen parameters (.grad None) among them; it
+    returns the clipped gradients, flattened and concatenated in the order of their names.
+
+    It checks the rules of run_gradient_clipping: one global norm, the scale max_l2_norm / (norm + 1e-6)
+    above the maximum, gradients untouched at or below it (bit for bit), frozen parameters skipped,
+    float16 and bfloat16 gradients.
+    """
+
+
+@adapter("train", "training", "return impl.training.get_batch(dataset, batch_size, context_length, device)",
+         points=0, drills=("run_sample_batches",),
+         stub="def get_batch(dataset, batch_size: int, context_length: int, device: str):")
+def run_get_batch(
+    dataset: npt.NDArray, batch_size: int, context_length: int, device: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample batch_size training windows from a 1-D array of token ids (CS336).
+
+    Each row starts at s, drawn uniformly from 0 .. len(dataset) - context_length - 1 (every start whose
+    target window fits, the last one included), independently per row:
+
+        x = dataset[s : s + context_length],  y = dataset[s + 1 : s + context_length + 1]
+
+    so y is x shifted by one token: y[i] is the token after x[i].
+
+    Args:
+        dataset: a 1-D numpy array of integer token ids, often an np.memmap of a uint16 token file
+            (np.memmap(path, dtype=np.uint16, mode="r")): read only the windows you need, never
+            the whole file.
+        batch_size, context_length: B and T.
+        device: a torch device string ("cpu", "cuda:0", "mps", "meta"): x and y are made there.
+
+    Returns:
+        (x, y), two int64 (torch.long) tensors [batch_size, context_length] on `device`, whatever the
+        array's dtype.
+
+    Draw with torch (torch.randint), numpy (np.random.randint) or random: the tests seed all three.
+    An entry point: run_sample_batches checks it, with tensors in and out.
+    """
+
+
+@adapter("train", "training", """
+    import random
+    import tempfile
+
+    import numpy as np
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    device = str(dataset.device)  # batches are asked for on the dataset's device
+    # a meta dataset (the device probe) has no values: its windows are zeros, on meta
+    tokens = np.zeros(tuple(dataset.shape), dtype=np.int64) if dataset.is_meta else dataset.numpy(force=True)
+    with tempfile.TemporaryDirectory() as folder:
+        if memmap:  # a uint16 token file, mapped as training maps one
+            path = os.path.join(folder, "tokens.bin")
+            tokens.astype(np.uint16).tofile(path)
+            tokens = np.memmap(path, dtype=np.uint16, mode="r", shape=tokens.shape)
+        return torch.stack([torch.stack(tuple(impl.training.get_batch(tokens, batch_size, context_length, device)))
+                            for _ in range(num_batches)])
+""", points=3)
+def run_sample_batches(
+    dataset: Int[Tensor, "n"],
+    batch_size: int,
+    context_length: int,
+    num_batches: int,
+    seed: int,
+    memmap: bool,
+) -> Int[Tensor, "num_batches 2 batch_size context_length"]:
+    """A drill of run_get_batch (you write nothing here): num_batches calls of your get_batch on the
+    dataset's ids, as an int64 numpy array, or with memmap=True as an np.memmap of a uint16 token file;
+    random, numpy and torch seeded with `seed` first, and batches asked for on the dataset's device.
+    Returns each batch's x and y: out[k, 0] is call k's x, out[k, 1] its y.
+
+    It checks the rules of run_get_batch: full windows, y shifted by one, int64, on the requested
+    device, every start possible and none past the end, starts uniform.
+    """
+
+
+@adapter("train", "training", "impl.training.save_checkpoint(model, optimizer, iteration, out)",
+         points=0, drills=("run_resume_training",),
+         stub="def save_checkpoint(model, optimizer, iteration: int, out) -> None:")
+def run_save_checkpoint(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    iteration: int,
+    out: str | os.PathLike | BinaryIO | IO[bytes],
+) -> None:
+    """Save what training needs to resume (CS336): model.state_dict(), optimizer.state_dict() (AdamW's
+    moments and step counts, its learning rate and betas) and the iteration, to `out`: a path, or a
+    binary file object (io.BytesIO) to write to.
+
+    torch.save of a dict works (torch.load(src) with its default weights_only=True reads it back);
+    any format that run_load_checkpoint reads back exactly will do.
+    An entry point: run_resume_training checks it with run_load_checkpoint.
+    """
+
+
+@adapter("train", "training", "return impl.training.load_checkpoint(src, model, optimizer)",
+         points=0, drills=("run_resume_training",),
+         stub="def load_checkpoint(src, model, optimizer) -> int:")
+def run_load_checkpoint(
+    src: str | os.PathLike | BinaryIO | IO[bytes],
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+) -> int:
+    """Restore a run_save_checkpoint checkpoint from `src` (a path, or a binary file object to read
+    from) into `model` and `optimizer` (load_state_dict) and return its iteration, an int.
+
+    After it, training continues exactly, bit for bit, as if it had never stopped.
+    An entry point: run_resume_training checks it with run_save_checkpoint.
+    """
+
+
+@adapter("train", "training", """
+    import io
+    import tempfile
+
+    def fresh(scale):  # a small model of the harness's own (Linear, tanh, Linear) and your AdamW
+        model = torch.nn.Sequential(
+            torch.nn.Linear(w1.shape[1], w1.shape[0], bias=False, dtype=w1.dtype, device=w1.device),
+            torch.nn.Tanh(),
+            torch.nn.Linear(w2.shape[1], w2.shape[0], bias=False, dtype=w2.dtype, device=w2.device))
+        with torch.no_grad():
+            model[0].weight.copy_(w1 * scale)
+            model[2].weight.copy_(w2 * scale)
+        return model, impl.optimizer.AdamW(model.parameters(), lr=lr, weight_decay=0.1)
+
+    def train(model, optimizer, steps):
+        for i in steps:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(inputs[i]), targets[i]).backward()
+            optimizer.step()
+
+    model, optimizer = fresh(1.0)
+    train(model, optimizer, range(save_at))
+    with tempfile.TemporaryDirectory() as folder:
+        checkpoint = os.path.join(folder, "checkpoint") if to_file else io.BytesIO()
+        impl.training.save_checkpoint(model, optimizer, save_at, checkpoint)
+        train(model, optimizer, range(save_at, len(inputs)))  # the run that never stopped
+        resumed, resumed_optimizer = fresh(0.5)  # other weights and no moments: the checkpoint must restore both
+        if not to_file:
+            checkpoint.seek(0)
+        iteration = impl.training.load_checkpoint(checkpoint, resumed, resumed_optimizer)
+    train(resumed, resumed_optimizer, range(iteration, len(inputs)))
+    return torch.stack([torch.cat([p.detach().flatten() for p in m.parameters()]) for m in (model, resumed)])
+""", points=2, tolerance=(1e-4, 1e-3), gradients=False)
+def run_resume_training(
+    w1: Float[Tensor, "d_hidden d_in"],
+    w2: Float[Tensor, "d_out d_hidden"],
+    inputs: Float[Tensor, "steps batch d_in"],
+    targets: Float[Tensor, "steps batch d_out"],
+    save_at: int,
+    lr: float,
+    to_file: bool,
+) -> Float[Tensor, "runs params"]:
+    """A drill of run_save_checkpoint and run_load_checkpoint (you write nothing here): a small model
+    (weights w1, w2; x -> w2 tanh(w1 x)) trains with your AdamW (get_adamw_cls), one step per
+    (inputs[i], targets[i]), on the mean squared error. At
+    step save_at your save_checkpoint saves it (to a file with to_file, else to an io.BytesIO), and the
+    run goes on to the last step. A second model, with other weights and a fresh AdamW, is restored by
+    your load_checkpoint and trains from the iteration it returns to the last step.
+
+    Returns the final weights of both runs, flattened: out[0] the run that never stopped, out[1] the
+    resumed one. They must be equal bit for bit: model, optimizer state and iteration all restored.
+    """
 
 
 # ---------------------------------------------------------------- Train it: AdamW, the schedule, a training run
@@ -1344,6 +1584,7 @@ STUDENT_MODULES = {
             "Parameter names are part of the contract (see run_gpt2_lm in adapters.py).",
     "accounting": "Accounting: parameter and FLOP counts.",
     "optimizer": "Train it: AdamW and the cosine learning-rate schedule.",
+    "training": "Train it: the cross-entropy loss, gradient clipping, training batches and checkpoints.",
 }
 
 
@@ -1379,6 +1620,10 @@ def render_adapters(package: str) -> str:
         "Each function's signature and docstring is the contract the tests check.\n"
         "Do not change the signatures; change the code in the package if you need to.\n"
         'This file is rendered from harness/contract.py.\n"""\n\n'
+        "import os  # noqa: F401  (CS336's checkpoint signatures)\n"
+        "from collections.abc import Iterable  # noqa: F401\n"
+        "from typing import IO, BinaryIO  # noqa: F401\n\n"
+        "import numpy.typing as npt  # noqa: F401\n"
         "import torch\n"
         "from jaxtyping import Bool, Float, Int\n"
         "from torch import Tensor\n\n"

@@ -1178,6 +1178,118 @@ register("tied_head_module", "a tied lm_head module sharing token_embeddings.wei
 
 # ================================================================ Train it: the loss, clipping, batches, checkpoints
 
+import numpy as np  # noqa: E402  (this section's own imports, so the sections stay apart)
+
+from reference import training  # noqa: E402
+
+_clip, _get_batch, _load = training.gradient_clipping, training.get_batch, training.load_checkpoint
+
+
+def _upcast(inputs):
+    return inputs if inputs.dtype == torch.float64 else inputs.float()
+
+
+def _ce_without_max(inputs, targets):
+    x = _upcast(inputs)
+    return (x.exp().sum(-1).log() - x.gather(-1, targets[..., None])[..., 0]).mean().to(inputs.dtype)
+
+
+def _ce_over_first_axis(inputs, targets):
+    logp = torch.log_softmax(_upcast(inputs), dim=0)  # over a leading axis, not the vocabulary
+    return -logp.gather(-1, targets[..., None]).mean().to(inputs.dtype)
+
+
+def _clip_each(parameters, max_l2_norm):
+    for p in parameters:
+        if p.grad is not None:
+            norm = p.grad.double().norm()
+            if norm > max_l2_norm:
+                p.grad.copy_(p.grad.double() * (max_l2_norm / (norm + 1e-6)))
+
+
+def _windows(dataset, starts, context_length, shift=1):
+    x = np.stack([np.asarray(dataset[s:s + context_length], dtype=np.int64) for s in starts])
+    y = np.stack([np.asarray(dataset[s + shift:s + shift + context_length], dtype=np.int64) for s in starts])
+    return x, y
+
+
+def _batch(high_minus_valid: int, shift: int = 1):
+    """get_batch whose starts come from [0, len - T + high_minus_valid) and whose y starts `shift` after x."""
+    def get_batch(dataset, batch_size, context_length, device):
+        starts = np.random.randint(0, len(dataset) - context_length + high_minus_valid, batch_size)
+        x, y = _windows(dataset, starts, context_length, shift)
+        return torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+    return get_batch
+
+
+def _load_model_only(src, model, optimizer):
+    """Reads the checkpoint but restores only the model: the optimizer keeps its fresh state."""
+    throwaway = type(optimizer)(model.parameters())
+    return _load(src, model, throwaway)
+
+
+register("clip_per_parameter", "gradient clipping per parameter instead of one global norm",
+         hint="each gradient clipped by its own norm: the norm is one global norm over all gradients together",
+         named_by="its own norm", training__gradient_clipping=_clip_each)
+register("cross_entropy_without_max", "cross-entropy without subtracting the max (inf at large logits)",
+         hint="cross-entropy without subtracting the max: exp(logits) overflows", named_by="exp overflowed",
+         training__cross_entropy=_ce_without_max)
+register("cross_entropy_wrong_axis", "log-softmax over a leading axis instead of the vocabulary",
+         hint="a log-softmax over the wrong axis (a leading axis): the softmax runs over the vocabulary, the last "
+              "axis of the logits", training__cross_entropy=_ce_over_first_axis)
+register("batch_targets_not_shifted", "get_batch whose targets are the inputs, not shifted by one",
+         hint="targets not shifted: y must be the tokens that follow x, dataset[s + 1 : s + T + 1]",
+         named_by="not shifted", training__get_batch=_batch(0, shift=0))
+register("batch_start_past_end", "get_batch whose last start runs past the end",
+         named_by="runs past the end", training__get_batch=_batch(1))
+register("batch_last_start_never", "get_batch that can never draw the last start",
+         named_by="never drawn", training__get_batch=_batch(-1))
+register("checkpoint_without_optimizer", "a checkpoint that drops the optimizer state",
+         hint="a checkpoint that does not restore the optimizer's state (AdamW's moments and step count)",
+         named_by="optimizer's state", training__load_checkpoint=_load_model_only)
+
+
+def _ce_functional(inputs, targets):
+    return F.cross_entropy(inputs.reshape(-1, inputs.shape[-1]).float(), targets.reshape(-1)).to(inputs.dtype)
+
+
+def _ce_logsumexp(inputs, targets):
+    x = _upcast(inputs)
+    return (torch.logsumexp(x, dim=-1) - x.gather(-1, targets.unsqueeze(-1)).squeeze(-1)).mean().to(inputs.dtype)
+
+
+def _clip_torch(parameters, max_l2_norm):
+    torch.nn.utils.clip_grad_norm_(parameters, max_l2_norm)
+
+
+def _batch_list_comprehension(dataset, batch_size, context_length, device):
+    starts = np.random.randint(0, len(dataset) - context_length, size=batch_size)  # numpy's generator
+    x, y = _windows(dataset, starts, context_length)
+    return torch.tensor(x, dtype=torch.long, device=device), torch.tensor(y, dtype=torch.long, device=device)
+
+
+def _save_torch(model, optimizer, iteration, out):
+    torch.save({"weights": model.state_dict(), "adamw": optimizer.state_dict(), "step": iteration}, out)
+
+
+def _load_torch(src, model, optimizer):
+    state = torch.load(src)  # weights_only=True, the default: tensors, dicts, lists and numbers only
+    model.load_state_dict(state["weights"])
+    optimizer.load_state_dict(state["adamw"])
+    return state["step"]
+
+
+register("cross_entropy_functional", "F.cross_entropy on logits reshaped to [N, V]", correct=True,
+         training__cross_entropy=_ce_functional)
+register("cross_entropy_logsumexp", "torch.logsumexp minus the gathered target logit", correct=True,
+         training__cross_entropy=_ce_logsumexp)
+register("clip_grad_norm_torch", "torch.nn.utils.clip_grad_norm_", correct=True,
+         training__gradient_clipping=_clip_torch)
+register("batch_numpy_starts", "np.random.randint starts, windows by list comprehension, torch.tensor(device=)",
+         correct=True, training__get_batch=_batch_list_comprehension)
+register("checkpoint_torch_save", "torch.save / torch.load of a dict with other keys", correct=True,
+         training__save_checkpoint=_save_torch, training__load_checkpoint=_load_torch)
+
 
 # ================================================================ Train it: AdamW, the schedule, the end-to-end run
 

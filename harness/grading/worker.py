@@ -223,6 +223,11 @@ class Worker:
             report = None if largest is None else {"op": largest.op, "shape": largest.shape,
                                                    "dtype": str(largest.dtype).removeprefix("torch.")}
             return {"value": out, "largest": report}
+        if kind == "allocations":
+            with torch.no_grad():
+                out, found = probes.allocations(fn, *args, **kwargs)
+            return {"value": out, "found": [{"op": a.op, "shape": a.shape, "dtype": str(a.dtype).removeprefix("torch.")}
+                                            for a in found[:64]]}
         if kind == "tables":
             with torch.no_grad():
                 return {"value": sorted(probes.tables_indexed(fn, *args, **kwargs))}

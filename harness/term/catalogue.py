@@ -17,7 +17,7 @@ import torch
 
 from harness.contract import ADAPTERS, DIVISIBLE, block_weight_shapes, gpt2_block_weight_shapes, gpt2_lm_weight_shapes, \
     lm_weight_shapes
-from harness.contract import rope_tolerance, sinusoidal_tolerance  # noqa: F401  (per-case tolerances below)
+from harness.contract import EXACT, rope_tolerance, sinusoidal_tolerance  # noqa: F401  (per-case tolerances below)
 from harness.paths import leaves
 from harness.store import Case, grid_exponent, swap_view
 
@@ -683,6 +683,64 @@ ACCOUNTING = [
 
 # Train it: the loss, clipping, batches, checkpoints.
 TRAIN_PIECES: list[Spec] = [
+    # ---- run_cross_entropy: any leading dims, large logits, low precision
+    case("run_cross_entropy", "batch-vocab", "logits [6, 11], CS336's [batch, vocab] layout",
+         inputs=normal(6, 11, scale=2.0), targets=ints(6, high=11)),
+    case("run_cross_entropy", "lm-3d", "LM logits [2, 5, 13] and targets [2, 5]: the mean over all 10 positions",
+         inputs=normal(2, 5, 13, scale=2.0), targets=ints(2, 5, high=13)),
+    case("run_cross_entropy", "4d", "logits [2, 1, 3, 7]", inputs=normal(2, 1, 3, 7), targets=ints(2, 1, 3, high=7)),
+    case("run_cross_entropy", "offset-1000", "logits about +1000 (rows 4 x 9): exp(1000) overflows float32",
+         inputs=normal(4, 9, scale=3.0, offset=1000.0), targets=ints(4, high=9)),
+    case("run_cross_entropy", "offset-minus-1000", "logits about -1000: exp(-1000) underflows to 0, log(0) = -inf",
+         inputs=normal(3, 10, scale=3.0, offset=-1000.0), targets=ints(3, high=10)),
+    case("run_cross_entropy", "spread-1000", "logits spanning about +-1000 inside each row [5, 8]",
+         inputs=normal(5, 8, scale=500.0), targets=ints(5, high=8)),
+    case("run_cross_entropy", "bf16", "bfloat16 logits [4, 12]: the loss is bfloat16, computed in float32",
+         inputs=normal(4, 12, scale=3.0, dtype="bfloat16"), targets=ints(4, high=12)),
+    case("run_cross_entropy", "fp16-large", "float16 logits of size about 30 [3, 14]: exp overflows float16 above 11",
+         inputs=normal(3, 14, scale=30.0, dtype="float16"), targets=ints(3, high=14)),
+    case("run_cross_entropy", "hidden-lm", "", hidden=True,
+         inputs=normal(3, 4, 17, scale=5.0), targets=ints(3, 4, high=17)),
+
+    # ---- run_clip_gradients (run_gradient_clipping): one global norm, frozen parameters, low precision
+    case("run_clip_gradients", "above-max", "3 gradients of joint norm about 5 > 0.5, one frozen parameter",
+         gradients={"w": normal(4, 3), "b": normal(5), "e": normal(2, 3, 2)}, max_l2_norm=0.5, num_without_grad=1),
+    case("run_clip_gradients", "below-max", "joint norm about 4 < 100: the gradients stay exactly as they are",
+         tolerance=EXACT, gradients={"w": normal(3, 4), "b": normal(6)}, max_l2_norm=100.0),
+    case("run_clip_gradients", "cs336", "CS336's test: 6 gradients [5, 5] (5 with .grad), max 0.01, 1 frozen",
+         gradients={f"p{i}": normal(5, 5) for i in range(5)}, max_l2_norm=0.01, num_without_grad=1),
+    case("run_clip_gradients", "mixed-norms", "one large gradient, two small ones below the max on their own",
+         gradients={"big": normal(4, 4, scale=3.0), "small": normal(3, scale=0.05), "tiny": normal(2, 2, scale=0.01)},
+         max_l2_norm=1.0, num_without_grad=2),
+    case("run_clip_gradients", "fp16-large", "float16 gradients of size about 300: their squares overflow float16",
+         gradients={"w": normal(4, 5, scale=300.0, dtype="float16"), "b": normal(5, scale=300.0, dtype="float16")},
+         max_l2_norm=1.0),
+    case("run_clip_gradients", "bf16", "bfloat16 gradients, norm about 4 > 2",
+         gradients={"w": normal(3, 5, dtype="bfloat16"), "b": normal(2, dtype="bfloat16")}, max_l2_norm=2.0),
+    case("run_clip_gradients", "hidden-mixed", "", hidden=True,
+         gradients={"a": normal(6, 2), "b": normal(3, scale=0.1), "c": normal(2, 2, 2)}, max_l2_norm=0.3,
+         num_without_grad=1),
+
+    # ---- run_sample_batches (run_get_batch): with one possible start the batches are determined; the
+    # random draws (uniform starts, every start, none past the end) are tests/test_training.py's
+    case("run_sample_batches", "one-start", "9 ids, context_length 8: start 0 is the only one, so x = ids[:8], "
+         "y = ids[1:]", dataset=ints(9, high=60000), batch_size=3, context_length=8, num_batches=2, seed=0,
+         memmap=False),
+    case("run_sample_batches", "one-start-memmap", "the same from a uint16 np.memmap: 6 ids, context_length 5",
+         dataset=ints(6, high=60000), batch_size=4, context_length=5, num_batches=3, seed=1, memmap=True),
+    case("run_sample_batches", "hidden-memmap", "", hidden=True,
+         dataset=ints(12, high=60000), batch_size=2, context_length=11, num_batches=2, seed=2, memmap=True),
+
+    # ---- run_resume_training (run_save_checkpoint, run_load_checkpoint): a resumed run equals the unbroken one
+    case("run_resume_training", "bytesio", "5 steps of AdamW, saved to an io.BytesIO after step 2",
+         w1=weight(6, 4), w2=weight(3, 6), inputs=normal(5, 2, 4), targets=normal(5, 2, 3), save_at=2, lr=0.01,
+         to_file=False),
+    case("run_resume_training", "file", "6 steps, saved to a file after step 4",
+         w1=weight(5, 3), w2=weight(2, 5), inputs=normal(6, 4, 3), targets=normal(6, 4, 2), save_at=4, lr=0.05,
+         to_file=True),
+    case("run_resume_training", "hidden-file", "", hidden=True,
+         w1=weight(7, 3), w2=weight(4, 7), inputs=normal(5, 2, 3), targets=normal(5, 2, 4), save_at=3, lr=0.02,
+         to_file=True),
 ]
 
 
