@@ -1506,26 +1506,28 @@ def run_lr_schedule(
     1e-6 of each value."""
 
 
-@adapter("train", "optimizer", """
+@adapter("train", "training", """
+    import random
+    import numpy as np
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model's ops gain nothing from more threads, and lose much on a busy machine
     try:
+        random.seed(seed)  # get_batch draws from the global generators, as CS336's does
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        tokens = corpus.numpy(force=True)
         model = impl.model.TransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta)
         model.load_state_dict(weights)
         optimizer = impl.optimizer.AdamW(model.parameters(), lr=max_learning_rate, weight_decay=weight_decay)
-        generator = torch.Generator().manual_seed(seed)
         for t in range(steps):
             for group in optimizer.param_groups:
                 group["lr"] = impl.optimizer.lr_cosine_schedule(t, max_learning_rate, min_learning_rate,
                                                                 warmup_iters, steps)
-            # Until this unit's batch, loss and clipping functions land: torch's own, the same arithmetic.
-            starts = torch.randint(0, corpus.shape[0] - context_length, (batch_size,), generator=generator)
-            x = torch.stack([corpus[s:s + context_length] for s in starts])
-            y = torch.stack([corpus[s + 1:s + context_length + 1] for s in starts])
-            loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+            x, y = impl.training.get_batch(tokens, batch_size, context_length, "cpu")
+            loss = impl.training.cross_entropy(model(x), y)
             optimizer.zero_grad()
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), max_l2_norm)
+            impl.training.gradient_clipping(model.parameters(), max_l2_norm)
             optimizer.step()
         return {k: v.detach().clone() for k, v in model.state_dict().items()}
     finally:
@@ -1553,11 +1555,11 @@ def run_train_tiny_lm(
     """Train your transformer LM end to end: the final state_dict() after `steps` steps.
 
     Your TransformerLM (get_transformer_lm) starts from `weights` (the run_transformer_lm keys);
-    each step draws `batch_size` windows of the corpus (seeded by `seed`), takes the mean
-    cross-entropy of the next token, clips the gradients to a global L2 norm of max_l2_norm,
-    sets the learning rate of step t (0-based) from your lr_cosine_schedule(t, max, min,
-    warmup_iters, steps), and steps your AdamW (default betas and eps). Nothing here is yours
-    but the model, AdamW and the schedule: this glue is the training loop.
+    each step sets the learning rate of step t (0-based) from your lr_cosine_schedule(t, max,
+    min, warmup_iters, steps), draws `batch_size` windows with your get_batch (the global
+    generators seeded by `seed`), takes your cross_entropy of the next token, clips with your
+    gradient_clipping to max_l2_norm and steps your AdamW (default betas and eps). This glue is
+    the training loop; every piece it calls is yours.
 
     The corpus follows a fixed rule, so a trained model can be measured: the next token is a
     fixed permutation (one cycle) of the previous one, over some of the vocabulary; the other
