@@ -241,8 +241,6 @@ class Worker:
         if self.adapters is None:
             if self.import_error:
                 raise ImportError(self.import_error)
-            from harness.student_run import probes
-            probes.optimizers_without_dynamo()  # torch._dynamo is 2 s a worker, for no compiling
             sys.path.insert(0, SUBMISSION)
             try:
                 import adapters

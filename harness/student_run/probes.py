@@ -163,23 +163,6 @@ def _without_dynamo_import():
             del sys.modules["torch._dynamo"]
 
 
-def optimizers_without_dynamo() -> None:
-    """torch.optim.Optimizer's methods (add_param_group, which __init__ calls, zero_grad, state_dict,
-    load_state_dict) wrap themselves in torch._disable_dynamo, whose first call imports torch._dynamo:
-    2 s, charged to the first test that builds an optimizer. Nothing is compiled here: mark each one
-    disabled already (the cache that wrapper fills on its first call), so it runs as it would then."""
-    if "torch._dynamo" in sys.modules:
-        return
-    import torch.optim
-    for member in vars(torch.optim.Optimizer).values():
-        inner = getattr(member, "__wrapped__", None)
-        if inner is not None and getattr(member, "__code__", None) is _DISABLE_DYNAMO_CODE:
-            inner.__dynamo_disable = inner
-
-
-_DISABLE_DYNAMO_CODE = torch._disable_dynamo(lambda: None).__code__  # the wrapper's own code object
-
-
 def run_on_meta(fn, *args, **kwargs):
     """Call fn under the device watcher. Raises DeviceMismatch on a device mix.
 
