@@ -897,8 +897,13 @@ def run_sample_batches(
             path = os.path.join(folder, "tokens.bin")
             tokens.astype(np.uint16).tofile(path)
             tokens = np.memmap(path, dtype=np.uint16, mode="r", shape=tokens.shape)
-        return torch.stack([torch.stack(tuple(impl.training.get_batch(tokens, batch_size, context_length, device)))
-                            for _ in range(num_batches)])
+        batches = [impl.training.get_batch(tokens, batch_size, context_length, device) for _ in range(num_batches)]
+        # copies into one tensor, not torch.stack: stack of meta tensors imports torch._dynamo (a second)
+        x = batches[0][0]
+        out = torch.empty((num_batches, 2, batch_size, context_length), dtype=x.dtype, device=x.device)
+        for k, (x, y) in enumerate(batches):
+            out[k, 0], out[k, 1] = x, y
+        return out
 
 
 def run_save_checkpoint(

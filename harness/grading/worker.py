@@ -242,6 +242,8 @@ class Worker:
             if self.import_error:
                 raise ImportError(self.import_error)
             sys.path.insert(0, SUBMISSION)
+            from harness.student_run.probes import optimizers_without_dynamo
+            optimizers_without_dynamo()  # an AdamW built by a drill costs milliseconds, not a 1.8 s import
             try:
                 import adapters
             except BaseException as e:  # a SyntaxError or a crash at import: every call reports it

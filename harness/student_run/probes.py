@@ -163,6 +163,20 @@ def _without_dynamo_import():
             del sys.modules["torch._dynamo"]
 
 
+def optimizers_without_dynamo() -> None:
+    """torch.optim.Optimizer's add_param_group, state_dict, load_state_dict and zero_grad are wrapped by
+    torch._disable_dynamo, whose first call imports torch._dynamo (1.8 s, in every process that builds an
+    optimizer) to keep a compiler out of them. Nothing compiles here: hand each wrapper its cached
+    answer, the method itself, so building an AdamW costs milliseconds. (torch.optim.AdamW's own step
+    still imports it; an Optimizer subclass with its own step, as students write, does not.)"""
+    if "torch._dynamo" in sys.modules:
+        return
+    for method in vars(torch.optim.Optimizer).values():
+        wrapped = getattr(method, "__wrapped__", None)
+        if wrapped is not None and getattr(getattr(method, "__code__", None), "co_filename", "").endswith("_compile.py"):
+            setattr(wrapped, "__dynamo_disable", wrapped)
+
+
 def run_on_meta(fn, *args, **kwargs):
     """Call fn under the device watcher. Raises DeviceMismatch on a device mix.
 
