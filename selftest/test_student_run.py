@@ -235,6 +235,8 @@ def test_the_example_notebook_runs_against_the_reference(monkeypatch):
     assert "run_embedding                          passed            17/17" in text, text
     assert "run_sinusoidal_positions               passed" in text, text  # a cell that raised stops execute()
     assert "negative-id" in text, text  # the cell's function lacks the range check
+    assert "rows that never occur" in text and "image/png" in str([o for c in notebook.cells if c.cell_type == "code"
+                                                                  for o in c.outputs]), text  # the training cell
     for cell in cells:  # one rendering per cell: streamed lines, then the result's table once
         assert "\n".join(cell).count("Progress: term") <= 1, cell
     streamed = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs
