@@ -1167,26 +1167,20 @@ def run_train_tiny_lm(
     """
     import random
     import numpy as np
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model's ops gain nothing from more threads, and lose much on a busy machine
-    try:
-        random.seed(seed)  # get_batch draws from the global generators, as CS336's does
-        np.random.seed(seed)
-        torch.manual_seed(seed)
-        tokens = corpus.numpy(force=True)
-        model = impl.model.TransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta)
-        model.load_state_dict(weights)
-        optimizer = impl.optimizer.AdamW(model.parameters(), lr=max_learning_rate, weight_decay=weight_decay)
-        for t in range(steps):
-            for group in optimizer.param_groups:
-                group["lr"] = impl.optimizer.lr_cosine_schedule(t, max_learning_rate, min_learning_rate,
-                                                                warmup_iters, steps)
-            x, y = impl.training.get_batch(tokens, batch_size, context_length, "cpu")
-            loss = impl.training.cross_entropy(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            impl.training.gradient_clipping(model.parameters(), max_l2_norm)
-            optimizer.step()
-        return {k: v.detach().clone() for k, v in model.state_dict().items()}
-    finally:
-        torch.set_num_threads(threads)
+    random.seed(seed)  # get_batch draws from the global generators, as CS336's does
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    tokens = corpus.numpy(force=True)
+    model = impl.model.TransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta)
+    model.load_state_dict(weights)
+    optimizer = impl.optimizer.AdamW(model.parameters(), lr=max_learning_rate, weight_decay=weight_decay)
+    for t in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = impl.optimizer.lr_cosine_schedule(t, max_learning_rate, min_learning_rate, warmup_iters, steps)
+        x, y = impl.training.get_batch(tokens, batch_size, context_length, "cpu")
+        loss = impl.training.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        impl.training.gradient_clipping(model.parameters(), max_l2_norm)
+        optimizer.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -244,6 +244,7 @@ class Worker:
             sys.path.insert(0, SUBMISSION)
             from harness.student_run.probes import optimizers_without_dynamo
             optimizers_without_dynamo()  # an AdamW built by a drill costs milliseconds, not a 1.8 s import
+            torch.set_num_threads(1)  # one CPU per submission (its cgroup): more threads only wait on each other
             try:
                 import adapters
             except BaseException as e:  # a SyntaxError or a crash at import: every call reports it
