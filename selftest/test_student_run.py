@@ -371,7 +371,7 @@ def test_the_table_never_gives_more_than_the_grader(tmp_path, target):
     for test_id, (score, _) in scores(results).items():
         grader[full.adapters[test_id]] += score
     table = _table_points(run_suite(f"--adapters={target}").output)
-    assert set(table) == set(ADAPTERS)
+    assert set(table) == {n for n, a in ADAPTERS.items() if not a.entry_point}  # entry points: no row, no tests
     for name, points in table.items():
         assert points <= grader[name] + 0.05, (name, points, grader[name])
     total = float(re.search(r"^Total: (\d+\.\d)/", run_suite(f"--adapters={target}").output, re.M)[1])
