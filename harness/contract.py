@@ -12,11 +12,14 @@ groups functions by unit.
 
 import importlib
 import inspect
+import os
 import re
 import textwrap
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Callable
+from typing import IO, BinaryIO, Callable
 
+import numpy.typing as npt
 import torch
 from jaxtyping import AbstractArray, Bool, Float, Int
 from torch import Tensor
@@ -99,6 +102,8 @@ class Adapter:
     stub: str = ""    # the student-side definition the glue calls, without a body ("" if another adapter's)
     example: dict | None = None  # a module builder's arguments where the suite builds one (it has no cases)
     drills: tuple[str, ...] = ()  # an entry point's: the contract functions that exercise it (see `adapter`)
+    gradients: bool = True  # False: its result is not a differentiable function of its inputs (optimizer steps)
+    check: str = "output"   # "train": its cases are judged by what it trains (harness/student_run/checks.py)
 
     @property
     def signature(self) -> inspect.Signature:
@@ -127,7 +132,10 @@ class Adapter:
 
     @property
     def float_args(self) -> list[str]:
-        """Arguments that carry gradients: floating-point tensors and weight dicts."""
+        """Arguments that carry gradients: floating-point tensors and weight dicts (none where the
+        adapter declares `gradients=False`: no autograd graph joins its inputs to its result)."""
+        if not self.gradients:
+            return []
         return [n for n, p in self.signature.parameters.items()
                 if _is_float(p.annotation) or p.annotation == dict[str, Tensor]]
 
@@ -139,7 +147,8 @@ ADAPTERS: dict[str, Adapter] = {}
 
 
 def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAULT_TOLERANCE, stub: str = "",
-            example: dict | None = None, drills: tuple[str, ...] = ()):
+            example: dict | None = None, drills: tuple[str, ...] = (), gradients: bool = True,
+            check: str = "output"):
     """Declare one adapter: its unit, the student/ module and `glue` body the rendered
     adapters use, its points, its output tolerance and its student stub; for a module builder,
     the arguments the suite builds it with (`example`).
@@ -148,7 +157,10 @@ def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAU
     own tests call, but returns a class, works in place, draws at random or writes a file, so no fixture
     can store what it does. `drills` names the contract functions that exercise it, tensors in and
     tensors out: they hold its cases, tests and points (so they also run, unchanged, in the grading
-    worker), and it has none (points=0)."""
+    worker), and it has none (points=0). `gradients=False`: no gradient check, for a result that no
+    autograd graph joins to the inputs (the parameters after optimizer steps). `check="train"`: a
+    training run, whose final weights no stored answer can match (float32 over hundreds of steps):
+    its cases are judged by properties of what it trained (check_training), not against the reference."""
     if unit not in {u.key for u in UNITS}:  # else the function silently vanishes from the progress table
         raise ValueError(f"unknown unit {unit!r}; the units are {', '.join(repr(u.key) for u in UNITS)} "
                          "(add a Unit to UNITS in harness/contract.py for a new one)")
@@ -157,7 +169,8 @@ def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAU
 
     def register(spec):
         ADAPTERS[spec.__name__] = Adapter(spec.__name__, unit, spec, textwrap.dedent(glue).strip(), module,
-                                          points, tolerance, textwrap.dedent(stub).strip(), example, tuple(drills))
+                                          points, tolerance, textwrap.dedent(stub).strip(), example, tuple(drills),
+                                          gradients, check)
         order = [u.key for u in UNITS]
         ranked = sorted(ADAPTERS.values(), key=lambda a: order.index(a.unit))  # stable: declaration order within
         ADAPTERS.clear()
@@ -1237,12 +1250,467 @@ def lm_weight_shapes(vocab_size: int, d_model: int, num_layers: int, d_ff: int) 
 
 # ---------------------------------------------------------------- Train it: loss, clipping, batches, checkpoints
 
-# (run_cross_entropy, run_gradient_clipping, run_get_batch, run_save_checkpoint, run_load_checkpoint)
+def cross_entropy_tolerance(tensors: dict) -> tuple[float, float]:
+    """Every correct form (the max subtracted, logsumexp, F.cross_entropy) rounds x - c in float32: one ulp
+    of the largest |logit| in the loss and its gradient. Allow 8 x 2^-23 x max|x| (as softmax_tolerance)."""
+    return max(1e-5, 8 * 2.0 ** -23 * tensors["inputs"].abs().max().item()), 1e-4
+
+
+@adapter("train", "training", "return impl.training.cross_entropy(inputs, targets)",
+         points=3, tolerance=cross_entropy_tolerance,
+         stub="def cross_entropy(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:")
+def run_cross_entropy(
+    inputs: Float[Tensor, "... vocab_size"],
+    targets: Int[Tensor, "..."],
+) -> Float[Tensor, ""]:
+    """The mean cross-entropy of next-token logits: mean over every example of -log softmax(x)[target].
+
+        loss_i = logsumexp(x_i) - x_i[t_i] = log(sum_j exp(x_ij - m_i)) - (x_i[t_i] - m_i),  m_i = max_j x_ij
+
+    Args:
+        inputs: unnormalised logits [..., vocab_size]: [batch, vocab_size] as in CS336, or
+            [batch, seq, vocab_size] straight from the LM; the softmax runs over the last axis.
+        targets: int64 class ids [...] (the leading shape of inputs), each in [0, vocab_size).
+
+    Returns:
+        a 0-d tensor: the mean over all leading positions, in the dtype of inputs.
+
+    Rules:
+        - Subtract each row's max before exp (or use logsumexp): logits of +-1000 must give a finite,
+          exact loss; exp(1000) is inf in float32.
+        - Pick the target's logit with gather or indexing. Never build a one-hot [..., vocab_size] tensor
+          (at GPT-2 scale, [8, 1024] ids and V=50257, it is 1.6 GB) and keep nothing for backward beyond
+          what autograd needs (one [..., vocab_size] tensor).
+        - Compute in float32 (upcast float16/bfloat16 logits) and return the inputs' dtype.
+        - Gradients must reach `inputs`.
+    """
+
+
+@adapter("train", "training", "impl.training.gradient_clipping(parameters, max_l2_norm)",
+         points=0, drills=("run_clip_gradients",),
+         stub="def gradient_clipping(parameters, max_l2_norm: float) -> None:")
+def run_gradient_clipping(parameters: Iterable[torch.nn.Parameter], max_l2_norm: float) -> None:
+    """Clip the gradients of `parameters`, in place, to a joint L2 norm of at most max_l2_norm (CS336).
+
+    The norm is one global norm over every gradient together, sqrt(sum over parameters of sum(g^2)),
+    not one per parameter. When it exceeds max_l2_norm, every gradient is multiplied by
+    max_l2_norm / (norm + 1e-6) (CS336's eps); a norm at or below the maximum leaves them untouched.
+    Parameters whose .grad is None (frozen, or unused) are skipped. `parameters` may be a generator,
+    as model.parameters() is: iterate it once. Compute the norm in float32 (upcast float16/bfloat16
+    gradients: their squares overflow float16) and write each gradient back in its own dtype.
+    torch.nn.utils.clip_grad_norm_ does the same (it scales by min(1, max / (norm + 1e-6)), which
+    differs only for norms within 1e-6 below the maximum).
+
+    An entry point: run_clip_gradients checks it, with tensors in and out.
+    """
+
+
+@adapter("train", "training", """
+    parameters = []
+    for name in sorted(gradients):
+        parameter = torch.nn.Parameter(torch.zeros_like(gradients[name]))
+        parameter.grad = gradients[name].detach().clone()
+        parameters.append(parameter)
+    for i in range(num_without_grad):  # frozen parameters: .grad is None
+        like = parameters[0]
+        parameters.insert(2 * i, torch.nn.Parameter(torch.ones(3, dtype=like.dtype, device=like.device),
+                                                    requires_grad=False))
+    impl.training.gradient_clipping((p for p in parameters), max_l2_norm)  # a generator, as model.parameters()
+    return torch.cat([p.grad.flatten() for p in parameters if p.grad is not None])
+""", points=2, gradients=False)
+def run_clip_gradients(
+    gradients: dict[str, Tensor],
+    max_l2_norm: float,
+    num_without_grad: int = 0,
+) -> Float[Tensor, "total"]:
+    """A drill of run_gradient_clipping (you write nothing here): your gradient_clipping on parameters
+    that carry these gradients, and num_without_grad frozen parameters (.grad None) among them; it
+    returns the clipped gradients, flattened and concatenated in the order of their names.
+
+    It checks the rules of run_gradient_clipping: one global norm, the scale max_l2_norm / (norm + 1e-6)
+    above the maximum, gradients untouched at or below it (bit for bit), frozen parameters skipped,
+    float16 and bfloat16 gradients.
+    """
+
+
+@adapter("train", "training", "return impl.training.get_batch(dataset, batch_size, context_length, device)",
+         points=0, drills=("run_sample_batches",),
+         stub="def get_batch(dataset, batch_size: int, context_length: int, device: str):")
+def run_get_batch(
+    dataset: npt.NDArray, batch_size: int, context_length: int, device: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample batch_size training windows from a 1-D array of token ids (CS336).
+
+    Each row starts at s, drawn uniformly from 0 .. len(dataset) - context_length - 1 (every start whose
+    target window fits, the last one included), independently per row:
+
+        x = dataset[s : s + context_length],  y = dataset[s + 1 : s + context_length + 1]
+
+    so y is x shifted by one token: y[i] is the token after x[i].
+
+    Args:
+        dataset: a 1-D numpy array of integer token ids, often an np.memmap of a uint16 token file
+            (np.memmap(path, dtype=np.uint16, mode="r")): read only the windows you need, never
+            the whole file.
+        batch_size, context_length: B and T.
+        device: a torch device string ("cpu", "cuda:0", "mps", "meta"): x and y are made there.
+
+    Returns:
+        (x, y), two int64 (torch.long) tensors [batch_size, context_length] on `device`, whatever the
+        array's dtype.
+
+    Draw with torch (torch.randint), numpy (np.random.randint) or random: the tests seed all three.
+    An entry point: run_sample_batches checks it, with tensors in and out.
+    """
+
+
+@adapter("train", "training", """
+    import random
+    import tempfile
+
+    import numpy as np
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    device = str(dataset.device)  # batches are asked for on the dataset's device
+    # a meta dataset (the device probe) has no values: its windows are zeros, on meta
+    tokens = np.zeros(tuple(dataset.shape), dtype=np.int64) if dataset.is_meta else dataset.numpy(force=True)
+    with tempfile.TemporaryDirectory() as folder:
+        if memmap:  # a uint16 token file, mapped as training maps one
+            path = os.path.join(folder, "tokens.bin")
+            tokens.astype(np.uint16).tofile(path)
+            tokens = np.memmap(path, dtype=np.uint16, mode="r", shape=tokens.shape)
+        batches = [impl.training.get_batch(tokens, batch_size, context_length, device) for _ in range(num_batches)]
+        # copies into one tensor, not torch.stack: stack of meta tensors imports torch._dynamo (a second)
+        x = batches[0][0]
+        out = torch.empty((num_batches, 2, batch_size, context_length), dtype=x.dtype, device=x.device)
+        for k, (x, y) in enumerate(batches):
+            out[k, 0], out[k, 1] = x, y
+        return out
+""", points=3)
+def run_sample_batches(
+    dataset: Int[Tensor, "n"],
+    batch_size: int,
+    context_length: int,
+    num_batches: int,
+    seed: int,
+    memmap: bool,
+) -> Int[Tensor, "num_batches 2 batch_size context_length"]:
+    """A drill of run_get_batch (you write nothing here): num_batches calls of your get_batch on the
+    dataset's ids, as an int64 numpy array, or with memmap=True as an np.memmap of a uint16 token file;
+    random, numpy and torch seeded with `seed` first, and batches asked for on the dataset's device.
+    Returns each batch's x and y: out[k, 0] is call k's x, out[k, 1] its y.
+
+    It checks the rules of run_get_batch: full windows, y shifted by one, int64, on the requested
+    device, every start possible and none past the end, starts uniform.
+    """
+
+
+@adapter("train", "training", "impl.training.save_checkpoint(model, optimizer, iteration, out)",
+         points=0, drills=("run_resume_training",),
+         stub="def save_checkpoint(model, optimizer, iteration: int, out) -> None:")
+def run_save_checkpoint(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    iteration: int,
+    out: str | os.PathLike | BinaryIO | IO[bytes],
+) -> None:
+    """Save what training needs to resume (CS336): model.state_dict(), optimizer.state_dict() (AdamW's
+    moments and step counts, its learning rate and betas) and the iteration, to `out`: a path, or a
+    binary file object (io.BytesIO) to write to.
+
+    torch.save of a dict works (torch.load(src) with its default weights_only=True reads it back);
+    any format that run_load_checkpoint reads back exactly will do.
+    An entry point: run_resume_training checks it with run_load_checkpoint.
+    """
+
+
+@adapter("train", "training", "return impl.training.load_checkpoint(src, model, optimizer)",
+         points=0, drills=("run_resume_training",),
+         stub="def load_checkpoint(src, model, optimizer) -> int:")
+def run_load_checkpoint(
+    src: str | os.PathLike | BinaryIO | IO[bytes],
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+) -> int:
+    """Restore a run_save_checkpoint checkpoint from `src` (a path, or a binary file object to read
+    from) into `model` and `optimizer` (load_state_dict) and return its iteration, an int.
+
+    After it, training continues exactly, bit for bit, as if it had never stopped.
+    An entry point: run_resume_training checks it with run_save_checkpoint.
+    """
+
+
+@adapter("train", "training", """
+    import io
+    import tempfile
+
+    def fresh(scale):  # a small model of the harness's own (Linear, tanh, Linear) and your AdamW
+        model = torch.nn.Sequential(
+            torch.nn.Linear(w1.shape[1], w1.shape[0], bias=False, dtype=w1.dtype, device=w1.device),
+            torch.nn.Tanh(),
+            torch.nn.Linear(w2.shape[1], w2.shape[0], bias=False, dtype=w2.dtype, device=w2.device))
+        with torch.no_grad():
+            model[0].weight.copy_(w1 * scale)
+            model[2].weight.copy_(w2 * scale)
+        return model, impl.optimizer.AdamW(model.parameters(), lr=lr, weight_decay=0.1)
+
+    def train(model, optimizer, steps):
+        for i in steps:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(inputs[i]), targets[i]).backward()
+            optimizer.step()
+
+    model, optimizer = fresh(1.0)
+    train(model, optimizer, range(save_at))
+    with tempfile.TemporaryDirectory() as folder:
+        checkpoint = os.path.join(folder, "checkpoint") if to_file else io.BytesIO()
+        impl.training.save_checkpoint(model, optimizer, save_at, checkpoint)
+        train(model, optimizer, range(save_at, len(inputs)))  # the run that never stopped
+        resumed, resumed_optimizer = fresh(0.5)  # other weights and no moments: the checkpoint must restore both
+        if not to_file:
+            checkpoint.seek(0)
+        iteration = impl.training.load_checkpoint(checkpoint, resumed, resumed_optimizer)
+    train(resumed, resumed_optimizer, range(iteration, len(inputs)))
+    return torch.stack([torch.cat([p.detach().flatten() for p in m.parameters()]) for m in (model, resumed)])
+""", points=2, tolerance=(1e-4, 1e-3), gradients=False)
+def run_resume_training(
+    w1: Float[Tensor, "d_hidden d_in"],
+    w2: Float[Tensor, "d_out d_hidden"],
+    inputs: Float[Tensor, "steps batch d_in"],
+    targets: Float[Tensor, "steps batch d_out"],
+    save_at: int,
+    lr: float,
+    to_file: bool,
+) -> Float[Tensor, "runs params"]:
+    """A drill of run_save_checkpoint and run_load_checkpoint (you write nothing here): a small model
+    (weights w1, w2; x -> w2 tanh(w1 x)) trains with your AdamW (get_adamw_cls), one step per
+    (inputs[i], targets[i]), on the mean squared error. At
+    step save_at your save_checkpoint saves it (to a file with to_file, else to an io.BytesIO), and the
+    run goes on to the last step. A second model, with other weights and a fresh AdamW, is restored by
+    your load_checkpoint and trains from the iteration it returns to the last step.
+
+    Returns the final weights of both runs, flattened: out[0] the run that never stopped, out[1] the
+    resumed one. They must be equal bit for bit: model, optimizer state and iteration all restored.
+    """
 
 
 # ---------------------------------------------------------------- Train it: AdamW, the schedule, a training run
 
-# (get_adamw_cls, run_get_lr_cosine_schedule, the end-to-end run)
+@adapter("train", "optimizer", "return impl.optimizer.AdamW", points=0, drills=("run_adamw_steps", "run_adamw_resumed"),
+         stub='''
+    class AdamW(torch.optim.Optimizer):
+        """AdamW (see get_adamw_cls in adapters.py). Write __init__ and step(closure=None)."""
+
+        def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                     weight_decay: float = 0.01):
+''')
+def get_adamw_cls() -> type[torch.optim.Optimizer]:
+    """Your AdamW class (a torch.optim.Optimizer), as CS336 calls it:
+    get_adamw_cls()(model.parameters(), lr=..., betas=(beta1, beta2), eps=..., weight_decay=...).
+
+    The arguments and the arithmetic are torch.optim.AdamW's. For each parameter p with a
+    gradient g, at its own step t = 1, 2, ...:
+
+        p = p - lr * weight_decay * p          (decoupled decay: not added to g)
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g^2
+        p = p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+
+    Rules:
+        - Bias correction: without the 1 - beta^t factors the first steps are 10x too small
+          (beta1 = 0.9) and the steps that follow too large.
+        - Decay is decoupled: adding weight_decay * p to the gradient (L2) sends it through
+          m / sqrt(v), so a parameter with a zero gradient would move by about lr per step.
+        - A parameter whose .grad is None at a step is skipped: no decay, and its m, v and t
+          stay as they were. Each parameter counts its own t; a zero gradient is a step.
+        - The state (m, v, t of every parameter) lives in self.state[p], so state_dict() and
+          load_state_dict() carry it: training resumed in a fresh optimizer continues exactly.
+        - Read lr (and the rest) from each param group at every step: a schedule sets
+          group["lr"] between steps.
+
+    The CS336 handout's order (decay after the update, eps outside the bias correction) differs
+    from this by rounding only, and passes too. Checked by run_adamw_steps and run_adamw_resumed.
+    """
+
+
+@adapter("train", "optimizer", """
+    names = sorted(params)
+    weights = {k: torch.nn.Parameter(params[k].detach().clone()) for k in names}
+    optimizer = impl.optimizer.AdamW([weights[k] for k in names], lr=lr, betas=(beta1, beta2), eps=eps,
+                                     weight_decay=weight_decay)
+    trajectory = []
+    for t in range(grads[names[0]].shape[0]):
+        for k in names:
+            weights[k].grad = grads[k][t].clone() if has_grad[k][t] else None
+        optimizer.step()
+        trajectory.append(torch.cat([weights[k].detach().flatten() for k in names]))
+    return torch.stack(trajectory)
+""", points=4, gradients=False)
+def run_adamw_steps(
+    params: dict[str, Tensor],
+    grads: dict[str, Tensor],
+    has_grad: dict[str, Tensor],
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+) -> Float[Tensor, "steps total"]:
+    """Your AdamW (get_adamw_cls) stepped over given gradients: the parameters after every step.
+
+    Args:
+        params: the initial parameters, name -> tensor of any shape.
+        grads: name -> [steps, *shape], the gradient each parameter gets at each step (mostly
+            zeros, as an embedding table's are).
+        has_grad: name -> bool [steps]; False: that parameter's .grad is None at that step
+            (it must be skipped, as torch.optim.AdamW skips it).
+        lr, beta1, beta2, eps, weight_decay: the optimizer's settings.
+
+    Returns:
+        [steps, total]: after each step, every parameter flattened and concatenated in sorted
+        name order (total = their sizes added up).
+    """
+
+
+@adapter("train", "optimizer", """
+    names = sorted(params)
+    settings = dict(lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=weight_decay)
+    weights = {k: torch.nn.Parameter(params[k].detach().clone()) for k in names}
+    optimizer = impl.optimizer.AdamW([weights[k] for k in names], **settings)
+    trajectory = []
+    for t in range(grads[names[0]].shape[0]):
+        if t == resume_at:  # as a checkpoint would: copies of the weights and of the optimizer's state_dict()
+            state = torch.utils._pytree.tree_map(
+                lambda v: v.clone() if isinstance(v, torch.Tensor) else v, optimizer.state_dict())
+            weights = {k: torch.nn.Parameter(weights[k].detach().clone()) for k in names}
+            optimizer = impl.optimizer.AdamW([weights[k] for k in names], **settings)
+            optimizer.load_state_dict(state)
+        for k in names:
+            weights[k].grad = grads[k][t].clone() if has_grad[k][t] else None
+        optimizer.step()
+        trajectory.append(torch.cat([weights[k].detach().flatten() for k in names]))
+    return torch.stack(trajectory)
+""", points=2, gradients=False)
+def run_adamw_resumed(
+    params: dict[str, Tensor],
+    grads: dict[str, Tensor],
+    has_grad: dict[str, Tensor],
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    resume_at: int,
+) -> Float[Tensor, "steps total"]:
+    """run_adamw_steps, interrupted: before step `resume_at` (0-based) the weights are copied and
+    a fresh AdamW over the copies loads the first one's state_dict(). The trajectory must be the
+    uninterrupted one, exactly: every bit of the state (m, v and each parameter's step count) has
+    to be in state_dict(). Args and Returns as run_adamw_steps."""
+
+
+@adapter("train", "optimizer", """
+    return impl.optimizer.lr_cosine_schedule(it, max_learning_rate, min_learning_rate, warmup_iters, cosine_cycle_iters)
+""", points=0, drills=("run_lr_schedule",),
+         stub="def lr_cosine_schedule(it: int, max_learning_rate: float, min_learning_rate: float, warmup_iters: int, "
+              "cosine_cycle_iters: int) -> float:")
+def run_get_lr_cosine_schedule(
+    it: int,
+    max_learning_rate: float,
+    min_learning_rate: float,
+    warmup_iters: int,
+    cosine_cycle_iters: int,
+) -> float:
+    """The learning rate at iteration `it` (0-based): linear warmup, cosine decay, then constant.
+
+        it < warmup_iters:                      it / warmup_iters * max_learning_rate
+        warmup_iters <= it <= cosine_cycle_iters:
+            min + (1 + cos(pi * (it - warmup_iters) / (cosine_cycle_iters - warmup_iters))) / 2 * (max - min)
+        it > cosine_cycle_iters:                min_learning_rate
+
+    So it = 0 gives 0, it = warmup_iters gives exactly the maximum, it = cosine_cycle_iters
+    exactly the minimum, and every later iteration the minimum. warmup_iters may be 0 (no
+    warmup); warmup_iters < cosine_cycle_iters. Checked by run_lr_schedule, at every iteration.
+    """
+
+
+@adapter("train", "optimizer", """
+    return torch.tensor([float(impl.optimizer.lr_cosine_schedule(it, max_learning_rate, min_learning_rate, warmup_iters,
+                                                                 cosine_cycle_iters)) for it in range(num_iters)])
+""", points=3, tolerance=(1e-9, 1e-6))
+def run_lr_schedule(
+    max_learning_rate: float,
+    min_learning_rate: float,
+    warmup_iters: int,
+    cosine_cycle_iters: int,
+    num_iters: int,
+) -> Float[Tensor, "num_iters"]:
+    """run_get_lr_cosine_schedule at every iteration 0 .. num_iters - 1, as float32 (num_iters >
+    cosine_cycle_iters + 1, so every boundary is in: 0, warmup_iters - 1, warmup_iters,
+    cosine_cycle_iters, cosine_cycle_iters + 1 and beyond). Exact at the boundaries: within
+    1e-6 of each value."""
+
+
+@adapter("train", "training", """
+    import random
+    import numpy as np
+    random.seed(seed)  # get_batch draws from the global generators, as CS336's does
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    tokens = corpus.numpy(force=True)
+    model = impl.model.TransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta)
+    model.load_state_dict(weights)
+    optimizer = impl.optimizer.AdamW(model.parameters(), lr=max_learning_rate, weight_decay=weight_decay)
+    for t in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = impl.optimizer.lr_cosine_schedule(t, max_learning_rate, min_learning_rate, warmup_iters, steps)
+        x, y = impl.training.get_batch(tokens, batch_size, context_length, "cpu")
+        loss = impl.training.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        impl.training.gradient_clipping(model.parameters(), max_l2_norm)
+        optimizer.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+""", points=6, gradients=False, check="train")
+def run_train_tiny_lm(
+    weights: dict[str, Tensor],
+    corpus: Int[Tensor, "n"],
+    vocab_size: int,
+    context_length: int,
+    d_model: int,
+    num_layers: int,
+    num_heads: int,
+    d_ff: int,
+    rope_theta: float,
+    steps: int,
+    batch_size: int,
+    max_learning_rate: float,
+    min_learning_rate: float,
+    warmup_iters: int,
+    weight_decay: float,
+    max_l2_norm: float,
+    seed: int,
+) -> dict[str, Tensor]:
+    """Train your transformer LM end to end: the final state_dict() after `steps` steps.
+
+    Your TransformerLM (get_transformer_lm) starts from `weights` (the run_transformer_lm keys);
+    each step sets the learning rate of step t (0-based) from your lr_cosine_schedule(t, max,
+    min, warmup_iters, steps), draws `batch_size` windows with your get_batch (the global
+    generators seeded by `seed`), takes your cross_entropy of the next token, clips with your
+    gradient_clipping to max_l2_norm and steps your AdamW (default betas and eps). This glue is
+    the training loop; every piece it calls is yours.
+
+    The corpus follows a fixed rule, so a trained model can be measured: the next token is a
+    fixed permutation (one cycle) of the previous one, over some of the vocabulary; the other
+    tokens never occur. The test judges the weights you return, never a loss you report:
+        - the mean cross-entropy on windows of the rule from every token that occurs falls well
+          below that of the initial weights (computed by the test, with a forward it trusts);
+        - every embedding row of a token that occurs moves: the embeddings train jointly with
+          everything else, from the first step (no separate or frozen embedding phase);
+        - every row of a token that never occurs gets no gradient, so it changes by weight decay
+          alone: exactly the initial row times prod_t (1 - lr_t * weight_decay);
+        - the same seed gives the same weights, bit for bit.
+    """
 
 
 # The docstring of each student/ module; a module not listed gets a generic one.
@@ -1257,6 +1725,8 @@ STUDENT_MODULES = {
             "the GPT-2 block and LM.\n\n"
             "Parameter names are part of the contract (see run_gpt2_lm in adapters.py).",
     "accounting": "Accounting: parameter and FLOP counts.",
+    "optimizer": "Train it: AdamW and the cosine learning-rate schedule.",
+    "training": "Train it: the cross-entropy loss, gradient clipping, training batches and checkpoints.",
 }
 
 
@@ -1278,8 +1748,9 @@ def _stub_body(stub: str, module: str) -> str:
     """A stub definition plus a body that raises, naming the adapters that call it."""
     symbol = stub.split()[1].split("(")[0]
     message = f"see the docstring of {' and '.join(_callers(module, symbol + '('))} in adapters.py"
-    if stub.startswith("class "):
-        return f'{stub}\n        super().__init__()\n        raise NotImplementedError("{message}")\n'
+    if stub.startswith("class "):  # an nn.Module calls its base first; an Optimizer's base needs the params
+        base = "        super().__init__()\n" if "(nn.Module)" in stub.splitlines()[0] else ""
+        return f'{stub}\n{base}        raise NotImplementedError("{message}")\n'
     return f'{stub}\n    raise NotImplementedError("{message}")\n'
 
 
@@ -1291,7 +1762,11 @@ def render_adapters(package: str) -> str:
         "Each function's signature and docstring is the contract the tests check.\n"
         "Do not change the signatures; change the code in the package if you need to.\n"
         'This file is rendered from harness/contract.py.\n"""\n\n'
-        "import importlib\n\n"
+        "import importlib\n"
+        "import os  # noqa: F401  (CS336's checkpoint signatures)\n"
+        "from collections.abc import Iterable  # noqa: F401\n"
+        "from typing import IO, BinaryIO  # noqa: F401\n\n"
+        "import numpy.typing as npt  # noqa: F401\n"
         "import torch\n"
         "from jaxtyping import Bool, Float, Int\n"
         "from torch import Tensor\n"

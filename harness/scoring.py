@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from harness.contract import ADAPTERS
 
 UNITS = 10_000
-ON_VALUES = ("output", "gradient")  # fixture checks judged on values against stored answers
+ON_VALUES = ("output", "gradient", "train")  # fixture checks judged on values (stored answers, or what
+# a training run's returned weights do under the driver's own forward)
+PROVING = ("output", "train")  # a pass on fresh values proves the function works
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ def scores(results: list[Result], twins_unseen: bool = False,
     points = contract_points() if points is None else points
     by_id = {r.id: r for r in results}
     fresh = {r.function for r in results
-             if r.check == "output" and r.outcome == "passed" and (r.hidden or twins_unseen)}
+             if r.check in PROVING and r.outcome == "passed" and (r.hidden or twins_unseen)}
     by_function: dict[str, list[Result]] = {}
     for r in results:
         by_function.setdefault(r.function, []).append(r)

@@ -43,7 +43,7 @@ class Case:
     name: str
     args: dict              # non-tensor arguments, JSON values
     inputs: list[str]       # tensor arguments stored in the file, in call order
-    check: str = "output"   # "output": compare with the stored result; "raises": must raise
+    check: str = "output"   # "output": compare with the stored result; "raises": must raise; "train": check_training
     atol: float = 0.0       # atol = rtol = 0 means bit-exact (torch.equal)
     rtol: float = 0.0
     grads: list[str] = field(default_factory=list)  # input paths ("weights/ln1.weight") with a stored gradient
@@ -192,9 +192,10 @@ class Term:
 
 
 def checks_for(case: Case) -> list[str]:
-    """The tests a case makes: one must-raise test, or an output test and, with gradients, a gradient test."""
-    if case.check == "raises":
-        return ["raises"]
+    """The tests a case makes: one must-raise test, one training test, or an output test and, with
+    gradients, a gradient test."""
+    if case.check in ("raises", "train"):
+        return [case.check]
     return ["output", "gradient"] if case.grads else ["output"]
 
 

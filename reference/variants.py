@@ -1414,5 +1414,244 @@ register("tied_head_module", "a tied lm_head module sharing token_embeddings.wei
 
 # ================================================================ Train it: the loss, clipping, batches, checkpoints
 
+import numpy as np  # noqa: E402  (this section's own imports, so the sections stay apart)
+
+from reference import training  # noqa: E402
+
+_clip, _get_batch, _load = training.gradient_clipping, training.get_batch, training.load_checkpoint
+
+
+def _upcast(inputs):
+    return inputs if inputs.dtype == torch.float64 else inputs.float()
+
+
+def _ce_without_max(inputs, targets):
+    x = _upcast(inputs)
+    return (x.exp().sum(-1).log() - x.gather(-1, targets[..., None])[..., 0]).mean().to(inputs.dtype)
+
+
+def _ce_over_first_axis(inputs, targets):
+    logp = torch.log_softmax(_upcast(inputs), dim=0)  # over a leading axis, not the vocabulary
+    return -logp.gather(-1, targets[..., None]).mean().to(inputs.dtype)
+
+
+def _clip_each(parameters, max_l2_norm):
+    for p in parameters:
+        if p.grad is not None:
+            norm = p.grad.double().norm()
+            if norm > max_l2_norm:
+                p.grad.copy_(p.grad.double() * (max_l2_norm / (norm + 1e-6)))
+
+
+def _windows(dataset, starts, context_length, shift=1):
+    x = np.stack([np.asarray(dataset[s:s + context_length], dtype=np.int64) for s in starts])
+    y = np.stack([np.asarray(dataset[s + shift:s + shift + context_length], dtype=np.int64) for s in starts])
+    return x, y
+
+
+def _batch(high_minus_valid: int, shift: int = 1):
+    """get_batch whose starts come from [0, len - T + high_minus_valid) and whose y starts `shift` after x."""
+    def get_batch(dataset, batch_size, context_length, device):
+        starts = np.random.randint(0, len(dataset) - context_length + high_minus_valid, batch_size)
+        x, y = _windows(dataset, starts, context_length, shift)
+        return torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+    return get_batch
+
+
+def _load_model_only(src, model, optimizer):
+    """Reads the checkpoint but restores only the model: the optimizer keeps its fresh state."""
+    throwaway = type(optimizer)(model.parameters())
+    return _load(src, model, throwaway)
+
+
+register("clip_per_parameter", "gradient clipping per parameter instead of one global norm",
+         hint="each gradient clipped by its own norm: the norm is one global norm over all gradients together",
+         named_by="its own norm", training__gradient_clipping=_clip_each)
+register("cross_entropy_without_max", "cross-entropy without subtracting the max (inf at large logits)",
+         hint="cross-entropy without subtracting the max: exp(logits) overflows", named_by="exp overflowed",
+         training__cross_entropy=_ce_without_max)
+register("cross_entropy_wrong_axis", "log-softmax over a leading axis instead of the vocabulary",
+         hint="a log-softmax over the wrong axis (a leading axis): the softmax runs over the vocabulary, the last "
+              "axis of the logits", training__cross_entropy=_ce_over_first_axis)
+register("batch_targets_not_shifted", "get_batch whose targets are the inputs, not shifted by one",
+         hint="targets not shifted: y must be the tokens that follow x, dataset[s + 1 : s + T + 1]",
+         named_by="not shifted", training__get_batch=_batch(0, shift=0))
+register("batch_start_past_end", "get_batch whose last start runs past the end",
+         named_by="runs past the end", training__get_batch=_batch(1))
+register("batch_last_start_never", "get_batch that can never draw the last start",
+         named_by="never drawn", training__get_batch=_batch(-1))
+register("checkpoint_without_optimizer", "a checkpoint that drops the optimizer state",
+         hint="a checkpoint that does not restore the optimizer's state (AdamW's moments and step count)",
+         named_by="optimizer's state", training__load_checkpoint=_load_model_only)
+
+
+def _ce_functional(inputs, targets):
+    return F.cross_entropy(inputs.reshape(-1, inputs.shape[-1]).float(), targets.reshape(-1)).to(inputs.dtype)
+
+
+def _ce_logsumexp(inputs, targets):
+    x = _upcast(inputs)
+    return (torch.logsumexp(x, dim=-1) - x.gather(-1, targets.unsqueeze(-1)).squeeze(-1)).mean().to(inputs.dtype)
+
+
+def _clip_torch(parameters, max_l2_norm):
+    torch.nn.utils.clip_grad_norm_(parameters, max_l2_norm)
+
+
+def _batch_list_comprehension(dataset, batch_size, context_length, device):
+    starts = np.random.randint(0, len(dataset) - context_length, size=batch_size)  # numpy's generator
+    x, y = _windows(dataset, starts, context_length)
+    return torch.tensor(x, dtype=torch.long, device=device), torch.tensor(y, dtype=torch.long, device=device)
+
+
+def _save_torch(model, optimizer, iteration, out):
+    torch.save({"weights": model.state_dict(), "adamw": optimizer.state_dict(), "step": iteration}, out)
+
+
+def _load_torch(src, model, optimizer):
+    state = torch.load(src)  # weights_only=True, the default: tensors, dicts, lists and numbers only
+    model.load_state_dict(state["weights"])
+    optimizer.load_state_dict(state["adamw"])
+    return state["step"]
+
+
+register("cross_entropy_functional", "F.cross_entropy on logits reshaped to [N, V]", correct=True,
+         training__cross_entropy=_ce_functional)
+register("cross_entropy_logsumexp", "torch.logsumexp minus the gathered target logit", correct=True,
+         training__cross_entropy=_ce_logsumexp)
+register("clip_grad_norm_torch", "torch.nn.utils.clip_grad_norm_", correct=True,
+         training__gradient_clipping=_clip_torch)
+register("batch_numpy_starts", "np.random.randint starts, windows by list comprehension, torch.tensor(device=)",
+         correct=True, training__get_batch=_batch_list_comprehension)
+register("checkpoint_torch_save", "torch.save / torch.load of a dict with other keys", correct=True,
+         training__save_checkpoint=_save_torch, training__load_checkpoint=_load_torch)
+
 
 # ================================================================ Train it: AdamW, the schedule, the end-to-end run
+
+from reference import optimizer  # noqa: E402  (this half's own import: the sections are built side by side)
+
+
+class _AdamW(optimizer.AdamW):
+    """AdamW with a knob per known way of getting it wrong; the defaults are the reference's arithmetic."""
+    bias_correction = True
+    decay = "before"        # "before" the Adam step (torch), "after" it (the CS336 handout), or "l2" (into g)
+    eps_inside = True       # eps added to sqrt(v_hat) (torch); False: to sqrt(v), the handout's alpha_t form
+    shared_step = False     # one step count for the optimizer, kept in an attribute outside self.state
+    none_as_zero = False    # a parameter without a gradient stepped as if its gradient were 0
+    foreach = False         # the whole group's update with torch._foreach_* ops
+    cached_lr = False       # the lr given to __init__, not the group's, which a schedule sets at each step
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        self.__dict__.setdefault("calls", 0)
+        self.calls += 1
+        for group in self.param_groups:
+            lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+            lr = self.defaults["lr"] if self.cached_lr else lr
+            params = [p for p in group["params"] if p.grad is not None or self.none_as_zero]
+            if self.foreach:
+                self._foreach_step(params, lr, beta1, beta2, eps, wd)
+                continue
+            for p in params:
+                g = p.grad if p.grad is not None else torch.zeros_like(p)
+                state = self.state[p]
+                if not state:
+                    state.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+                state["step"] += 1
+                t = self.calls if self.shared_step else state["step"]
+                m, v = state["exp_avg"], state["exp_avg_sq"]
+                if self.decay == "l2":
+                    g = g + wd * p
+                elif self.decay == "before":
+                    p.mul_(1 - lr * wd)
+                m.mul_(beta1).add_(g, alpha=1 - beta1)
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                c1, c2 = (1 - beta1 ** t, 1 - beta2 ** t) if self.bias_correction else (1.0, 1.0)
+                if self.eps_inside:
+                    p.addcdiv_(m, (v / c2).sqrt() + eps, value=-lr / c1)
+                else:
+                    p.addcdiv_(m, v.sqrt() + eps, value=-lr * math.sqrt(c2) / c1)
+                if self.decay == "after":
+                    p.sub_(lr * wd * p)
+
+    def _foreach_step(self, params, lr, beta1, beta2, eps, wd):
+        for p in params:
+            if not self.state[p]:
+                self.state[p].update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+            self.state[p]["step"] += 1
+        if not params:
+            return
+        grads = [p.grad for p in params]
+        ms, vs = [self.state[p]["exp_avg"] for p in params], [self.state[p]["exp_avg_sq"] for p in params]
+        steps = [self.state[p]["step"] for p in params]
+        torch._foreach_mul_(params, 1 - lr * wd)
+        torch._foreach_lerp_(ms, grads, 1 - beta1)
+        torch._foreach_mul_(vs, beta2)
+        torch._foreach_addcmul_(vs, grads, grads, value=1 - beta2)
+        denominators = torch._foreach_add(torch._foreach_sqrt(
+            torch._foreach_div(vs, [1 - beta2 ** t for t in steps])), eps)
+        torch._foreach_addcdiv_(params, ms, denominators, [-lr / (1 - beta1 ** t) for t in steps])
+
+
+def _schedule(*, warmup_shift=0, cycle_from_zero=False, torch_cos=False):
+    def schedule(it, max_learning_rate, min_learning_rate, warmup_iters, cosine_cycle_iters):
+        if it < warmup_iters:
+            return (it + warmup_shift) / warmup_iters * max_learning_rate
+        if it > cosine_cycle_iters:
+            return min_learning_rate
+        span = cosine_cycle_iters if cycle_from_zero else cosine_cycle_iters - warmup_iters
+        progress = (it - warmup_iters) / span
+        cos = torch.cos(torch.tensor(math.pi * progress)) if torch_cos else math.cos(math.pi * progress)
+        return min_learning_rate + 0.5 * (1 + cos) * (max_learning_rate - min_learning_rate)
+    return schedule
+
+
+register("adamw_no_bias_correction", "AdamW without bias correction",
+         hint="AdamW without bias correction: divide m by 1 - beta1^t and v by 1 - beta2^t (t counts each "
+              "parameter's steps from 1)",
+         optimizer__AdamW=_set(_AdamW, bias_correction=False))
+register("adamw_l2_not_decoupled", "weight decay added to the gradient (L2) instead of decoupled",
+         hint="weight decay added to the gradient (L2, Adam's weight_decay): AdamW decays the parameter itself, "
+              "p -= lr * weight_decay * p, outside m and v",
+         optimizer__AdamW=_set(_AdamW, decay="l2"))
+register("adamw_shared_step_count", "one step count for the whole optimizer, outside its state",
+         hint="one step count t for the whole optimizer, kept outside self.state: each parameter counts its own "
+              "steps (a skipped one does not advance), in self.state[p], so that state_dict() carries it",
+         optimizer__AdamW=_set(_AdamW, shared_step=True))
+register("adamw_steps_without_gradient", "a parameter whose .grad is None is stepped as if it were 0",
+         hint="parameters whose .grad is None are stepped (as a zero gradient: decayed, moments decayed, t "
+              "advanced); skip them, as torch.optim.AdamW does",
+         optimizer__AdamW=_set(_AdamW, none_as_zero=True))
+register("adamw_lr_cached", "AdamW keeps the lr it was built with and ignores group['lr']",
+         hint="AdamW uses the lr it was built with, not group['lr'], which the schedule sets before each step",
+         named_by="not group['lr']", optimizer__AdamW=_set(_AdamW, cached_lr=True))
+register("warmup_off_by_one", "warmup reaches the maximum one iteration early",
+         hint="warmup off by one: (it + 1) / warmup_iters reaches the maximum at it = warmup_iters - 1; the "
+              "learning rate is it / warmup_iters * max (0 at it = 0)",
+         optimizer__lr_cosine_schedule=_schedule(warmup_shift=1))
+register("cosine_over_whole_cycle", "the cosine's progress divided by cosine_cycle_iters",
+         hint="the cosine's progress divided by cosine_cycle_iters; it runs over the iterations after warmup: "
+              "(it - warmup_iters) / (cosine_cycle_iters - warmup_iters)",
+         optimizer__lr_cosine_schedule=_schedule(cycle_from_zero=True))
+register("adamw_cs336_handout", "AdamW in the CS336 handout's order: alpha_t, then decay", correct=True,
+         optimizer__AdamW=_set(_AdamW, decay="after", eps_inside=False))
+register("adamw_foreach", "AdamW with torch._foreach_* updates over each group", correct=True,
+         optimizer__AdamW=_set(_AdamW, foreach=True))
+register("adamw_torch", "torch.optim.AdamW itself", correct=True, optimizer__AdamW=torch.optim.AdamW)
+register("schedule_torch_cos", "the schedule with torch.cos, returning a tensor", correct=True,
+         optimizer__lr_cosine_schedule=_schedule(torch_cos=True))
+
+
+class _FrozenEmbeddingsLM(model.TransformerLM):
+    """Token embeddings frozen, as if trained in a separate phase (word2vec, GloVe) and kept fixed."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.token_embeddings.weight.requires_grad_(False)
+
+
+register("embeddings_frozen", "token embeddings frozen while the rest trains",
+         hint="token embeddings frozen (requires_grad=False, or left out of the optimizer): an LLM's embeddings "
+              "train jointly with every other weight from the first step; there is no separate embedding phase",
+         named_by="embedding rows of tokens that occur did not move", model__TransformerLM=_FrozenEmbeddingsLM)

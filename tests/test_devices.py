@@ -20,7 +20,9 @@ from harness.student_run.checks import CHECKS
 from harness.contract import ADAPTERS
 from harness.student_run.probes import run_on_meta
 
-FUNCTIONS = [name for name, a in ADAPTERS.items() if not a.builder and not a.entry_point]  # entry points: via drills
+# Entry points run through their drills; a training run (check "train") builds its own model and
+# batches on the CPU, and its devices are its pieces': their own drills and cases probe them.
+FUNCTIONS = [name for name, a in ADAPTERS.items() if not a.builder and not a.entry_point and a.check != "train"]
 BUILDERS = [name for name, a in ADAPTERS.items() if a.builder]
 IDS = (2, 3)  # what a built module's forward takes: ids or positions [batch, seq], all 0
 

@@ -5,6 +5,7 @@ grade      the batch: vets and copies submissions, runs a driver per slot, write
            rebuilds grades.csv and the class report from every result folder; shards and merge
 drive      the driver: the official suite against one submission's worker
 remote     the driver's side of a worker: adapter calls, gradients and modules as data
+forward    the driver's own LM forward: it judges the weights a training run returns
 sandbox    the confinement: bubblewrap, seccomp, a cgroup and a uid per submission
 report     the class report (staff only), from what grade wrote
 gradescope  the upload zip, and one submission graded inside Gradescope's container

@@ -20,6 +20,7 @@ import pytest
 
 from harness.student_run.compare import Mismatch
 from harness.student_run.plugin import ADAPTER, STATE, scoring_facts, short_report
+from harness.grading.forward import transformer_lm
 from harness.grading.remote import Link, RemoteFunctions, StudentCodeError, WorkerFailure
 from harness.runtime import Adapters, AdaptersError, ContractViolation
 from harness.grading.sandbox import Protections, Sandbox
@@ -51,6 +52,9 @@ class Grading:
         self.link = link
         self.tests: dict[str, dict] = {}
         self.functions: dict[str, dict] = {}  # what the term covers, with its own points (Term.functions)
+
+    # A training run's returned weights are judged with the driver's own forward (check_training)
+    trusted_forward = staticmethod(transformer_lm)
 
     def adapters(self) -> Adapters:
         return Adapters("the submission's adapters.py", module=RemoteFunctions(self.link))

@@ -332,6 +332,9 @@ def _probe_value(kind: str, reply: dict):
         found = None if largest is None else Allocation(
             str(largest["op"]), [int(s) for s in largest["shape"]], getattr(torch, str(largest["dtype"])))
         return reply.get("value"), found
+    if kind == "allocations":
+        return reply.get("value"), [Allocation(str(a["op"]), [int(s) for s in a["shape"]], getattr(torch, str(a["dtype"])))
+                                    for a in reply.get("found")]
     if kind == "tables":
         return [str(name) for name in reply.get("value")]
     if kind == "roles":

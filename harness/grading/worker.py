@@ -223,6 +223,11 @@ class Worker:
             report = None if largest is None else {"op": largest.op, "shape": largest.shape,
                                                    "dtype": str(largest.dtype).removeprefix("torch.")}
             return {"value": out, "largest": report}
+        if kind == "allocations":
+            with torch.no_grad():
+                out, found = probes.allocations(fn, *args, **kwargs)
+            return {"value": out, "found": [{"op": a.op, "shape": a.shape, "dtype": str(a.dtype).removeprefix("torch.")}
+                                            for a in found[:64]]}
         if kind == "tables":
             with torch.no_grad():
                 return {"value": sorted(probes.tables_indexed(fn, *args, **kwargs))}
@@ -237,6 +242,9 @@ class Worker:
             if self.import_error:
                 raise ImportError(self.import_error)
             sys.path.insert(0, SUBMISSION)
+            from harness.student_run.probes import optimizers_without_dynamo
+            optimizers_without_dynamo()  # an AdamW built by a drill costs milliseconds, not a 1.8 s import
+            torch.set_num_threads(1)  # one CPU per submission (its cgroup): more threads only wait on each other
             try:
                 import adapters
             except BaseException as e:  # a SyntaxError or a crash at import: every call reports it

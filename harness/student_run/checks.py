@@ -185,6 +185,91 @@ def oracle_passes(adapters, term: Term, oracle: str, judged: str) -> None:
                                  f"own tests say what is wrong), then this test judges {judged}") from None
 
 
-CHECKS = {"output": check_output, "gradient": check_gradient, "raises": check_raises}
+TRAINED_BELOW = 0.1  # the held-out loss a training run must reach, as a share of the initial weights' loss;
+# the reference reaches under 0.01 of it (0.003 from about 3), a model that learned nothing 1
+
+
+def check_training(adapters, term: Term, case: Case, forward=None) -> None:
+    """A training run's case ("train": run_train_tiny_lm), judged by the weights it returns, never by a
+    loss it reports: the held-out loss under `forward` (in grading the driver's own forward; in a
+    student's run their run_transformer_lm, which its own fixtures check), the embedding rows, and
+    the same weights again under the same seed."""
+    kwargs = term.inputs(case)
+    out = getattr(adapters, case.function)(**kwargs)
+    _check_not_mutated(term, case, kwargs)
+    where = header(case, kwargs)
+    initial = kwargs["weights"]
+    if set(out) != set(initial):
+        raise Mismatch(f"{where}\nthe returned state_dict's keys differ from the initial weights': missing "
+                       f"{sorted(set(initial) - set(out))}, unexpected {sorted(set(out) - set(initial))}")
+    forward = forward or adapters.run_transformer_lm
+    windows = rule_windows(kwargs["corpus"], kwargs["context_length"])
+    before, after = (held_out_loss(forward, kwargs, w, windows) for w in (initial, out))
+    if not after < TRAINED_BELOW * before:
+        raise Mismatch(f"{where}\nthe trained weights did not learn the corpus's rule: held-out cross-entropy "
+                       f"{after:.4g} after training, {before:.4g} before (it must fall below {TRAINED_BELOW:g} x that; "
+                       "the reference's falls below 0.01 x). Check AdamW, the schedule and that every weight trains.")
+    key = "token_embeddings.weight"
+    e0, e1 = initial[key].double(), out[key].detach().double()
+    used = torch.zeros(e0.shape[0], dtype=torch.bool)
+    used[kwargs["corpus"].unique()] = True
+    decay = decay_factor(kwargs)
+    scale = 1e-3 * e0[used].norm(dim=-1)  # a row that trained moves far more (about 0.1 of its norm)
+    moved = ((e1[used] - e0[used] * decay).norm(dim=-1) > scale) & ((e1[used] - e0[used]).norm(dim=-1) > scale)
+    if not moved.all():
+        frozen = "; they did not change at all: are the embeddings frozen (requires_grad=False, left out of the " \
+                 "optimizer, or detached)?" if torch.equal(e1[used], e0[used]) else "."
+        raise Mismatch(f"{where}\nembedding rows of tokens that occur did not move: {int((~moved).sum())} of "
+                       f"{int(used.sum())} rows stayed as they were, or changed by weight decay alone{frozen} An LLM's embeddings "
+                       "train jointly with every other weight from the first step: there is no separate embedding phase.")
+    expected = e0[~used] * decay
+    off = (e1[~used] - expected).abs().max().item() if (~used).any() else 0.0
+    if off > 1e-5 * max(expected.abs().max().item(), 1.0):
+        said = " (unchanged: weight decay was not applied to them)" if torch.equal(e1[~used], e0[~used]) else ""
+        big = e0[~used].abs() > 1e-2
+        observed = (e1[~used][big] / e0[~used][big]).median().item() if big.any() else float("nan")
+        constant = (1 - kwargs["max_learning_rate"] * kwargs["weight_decay"]) ** kwargs["steps"]
+        if abs(observed - constant) < 1e-4 * constant:
+            said += (f".\nLikely cause: they decayed by (1 - max_learning_rate * weight_decay)^steps = {constant:.6g}: "
+                     "your AdamW uses the lr it was built with, not group['lr'], which the schedule sets before each step")
+        raise Mismatch(f"{where}\nembedding rows of tokens that never occur changed by more than weight decay: "
+                       f"off by up to {off:.3g} from initial x prod_t (1 - lr_t * weight_decay) = {decay:.6g}{said}. "
+                       "They get no gradient, so AdamW's step leaves them alone (m = v = 0) and only decays them.")
+
+
+def rule_windows(corpus: torch.Tensor, context_length: int) -> torch.Tensor:
+    """[tokens that occur, context_length + 1]: from each such token, the rule's continuation (the next
+    token is a fixed function of the previous one, read off the corpus)."""
+    following = dict(zip(corpus[:-1].tolist(), corpus[1:].tolist()))
+    rows = []
+    for token in sorted(following):
+        row = [token]
+        while len(row) <= context_length:
+            row.append(following[row[-1]])
+        rows.append(row)
+    return torch.tensor(rows)
+
+
+def held_out_loss(forward, kwargs: dict, weights: dict, windows: torch.Tensor) -> float:
+    sizes = {k: kwargs[k] for k in ("vocab_size", "context_length", "d_model", "num_layers", "num_heads", "d_ff",
+                                    "rope_theta")}
+    with torch.no_grad():
+        logits = forward(**sizes, weights={k: v.detach() for k, v in weights.items()}, in_indices=windows[:, :-1])
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1).double(), windows[:, 1:].flatten()).item()
+
+
+def decay_factor(kwargs: dict) -> float:
+    """prod_t (1 - lr_t * weight_decay) over the run's steps, lr_t from the cosine schedule (cycle = steps)."""
+    import math
+    top, low, warmup, steps = (kwargs[k] for k in ("max_learning_rate", "min_learning_rate", "warmup_iters", "steps"))
+    factor = 1.0
+    for t in range(steps):
+        lr = t / warmup * top if t < warmup else \
+            low + 0.5 * (1 + math.cos(math.pi * (t - warmup) / (steps - warmup))) * (top - low)
+        factor *= 1 - lr * kwargs["weight_decay"]
+    return factor
+
+
+CHECKS = {"output": check_output, "gradient": check_gradient, "raises": check_raises, "train": check_training}
 
 

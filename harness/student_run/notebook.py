@@ -141,6 +141,18 @@ def _stand_in(function: str, impl, target: str):
     return module
 
 
+def adapters():
+    """Your adapters ($HARNESS_ADAPTERS, else the repository's adapters.py), re-imported as check() does
+    and checked against the contract at every call: for a cell that uses your functions itself (the
+    notebook's training cell)."""
+    root = project_root()
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    fresh_imports(root)
+    from harness.runtime import Adapters
+    return Adapters(os.environ.get("HARNESS_ADAPTERS") or "adapters")
+
+
 def check(function: str, impl=None, *, quiet: bool = False) -> CheckResult:
     """Run every public test of one contract function and return the results. Unless `quiet`,
     the report streams as tests finish: in a notebook one line per test (the returned result

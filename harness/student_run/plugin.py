@@ -241,6 +241,16 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
+@pytest.fixture(scope="session")
+def held_out_forward(request):
+    """The forward that judges a training run's returned weights (check_training). In grading, the
+    driver's own (the grading plugin's `trusted_forward`): the submission's code, in its worker, never
+    computes the loss it is judged by. In a student's own run, None: their run_transformer_lm, which its
+    fixtures check."""
+    remote = request.config.pluginmanager.get_plugin("harness-remote")
+    return remote.trusted_forward if remote is not None else None
+
+
 @pytest.fixture
 def adapters(_adapters_or_error):
     """The adapters under test, every call checked against the contract."""

@@ -2,6 +2,8 @@
 
 - `largest_allocation`: the biggest tensor any op allocates during a call. A
   one-hot [..., vocab_size] tensor shows up here even though its values are exact.
+- `allocations`: every allocation as large as the call's largest input (a loss's one-hot
+  is the size of its logits, as its honest intermediates are: its op and dtype tell).
 - `run_on_meta`: runs a call on meta tensors and fails only on a device mismatch
   that a GPU would refuse too: a tensor made on the CPU inside the call and mixed
   with the inputs. CPU index tensors into a device tensor (`table[cpu_ids]`) are
@@ -58,6 +60,32 @@ class _AllocationRecorder(_Mode):
             if self.largest is None or t.numel() > self.largest.numel:
                 self.largest = Allocation(func.overloadpacket.__name__, list(t.shape), t.dtype)
         return out
+
+
+class _AllocationList(_Mode):
+    """Every allocation at least as large as the largest tensor argument of the call."""
+
+    def __init__(self, at_least: int):
+        super().__init__()
+        self.at_least, self.found = at_least, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs))}
+        self.found += [Allocation(func.overloadpacket.__name__, list(t.shape), t.dtype) for t in _tensors(out)
+                       if t.numel() >= self.at_least and t.untyped_storage().data_ptr() not in inputs]
+        return out
+
+
+def allocations(fn, *args, **kwargs):
+    """Call fn and return (result, every tensor allocated during the call that is at least as large as
+    its largest tensor argument): a one-hot the size of the logits shows here by its op and dtype."""
+    if getattr(fn, "remote_probe", None):  # code in a grading worker is watched there
+        return fn.remote_probe("allocations", *args, **kwargs)
+    at_least = max((t.numel() for t in _tensors((args, kwargs))), default=0)
+    with _AllocationList(at_least) as recorder:
+        result = fn(*args, **kwargs)
+    return result, recorder.found
 
 
 def largest_allocation(fn, *args, **kwargs):
@@ -133,6 +161,20 @@ def _without_dynamo_import():
     finally:
         if sys.modules.get("torch._dynamo") is stand_in:
             del sys.modules["torch._dynamo"]
+
+
+def optimizers_without_dynamo() -> None:
+    """torch.optim.Optimizer's add_param_group, state_dict, load_state_dict and zero_grad are wrapped by
+    torch._disable_dynamo, whose first call imports torch._dynamo (1.8 s, in every process that builds an
+    optimizer) to keep a compiler out of them. Nothing compiles here: hand each wrapper its cached
+    answer, the method itself, so building an AdamW costs milliseconds. (torch.optim.AdamW's own step
+    still imports it; an Optimizer subclass with its own step, as students write, does not.)"""
+    if "torch._dynamo" in sys.modules:
+        return
+    for method in vars(torch.optim.Optimizer).values():
+        wrapped = getattr(method, "__wrapped__", None)
+        if wrapped is not None and getattr(getattr(method, "__code__", None), "co_filename", "").endswith("_compile.py"):
+            setattr(wrapped, "__dynamo_disable", wrapped)
 
 
 def run_on_meta(fn, *args, **kwargs):

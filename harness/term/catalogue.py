@@ -17,7 +17,7 @@ import torch
 
 from harness.contract import ADAPTERS, DIVISIBLE, block_weight_shapes, gpt2_block_weight_shapes, gpt2_lm_weight_shapes, \
     lm_weight_shapes
-from harness.contract import rope_tolerance, sinusoidal_tolerance  # noqa: F401  (per-case tolerances below)
+from harness.contract import EXACT, rope_tolerance, sinusoidal_tolerance  # noqa: F401  (per-case tolerances below)
 from harness.paths import leaves
 from harness.store import Case, grid_exponent, swap_view
 
@@ -41,6 +41,12 @@ class Gen:
             # Every query keeps at least one key: fully masked rows are undefined.
             keep = torch.randint(0, self.shape[-1], self.shape[:-1], generator=g)
             t.scatter_(-1, keep[..., None], True)
+        elif self.kind == "sparse":  # mostly zeros, as an embedding table's gradient is
+            t = torch.randn(self.shape, generator=g) * p["scale"] * (torch.rand(self.shape, generator=g) < p["density"])
+        elif self.kind == "chain":  # a fixed cycle over `used` tokens of the vocabulary, from a random start
+            cycle = torch.randperm(p["vocab"], generator=g)[:p["used"]]
+            start = int(torch.randint(0, p["used"], (), generator=g))
+            t = cycle[(torch.arange(self.shape[0]) + start) % p["used"]]
         elif self.kind == "given":
             t = torch.tensor(p["values"])
         else:
@@ -77,6 +83,17 @@ def ints(*shape, high, low=0) -> Gen:
 def mask(*shape) -> Gen:
     """A random boolean attention mask [..., queries, keys] with no fully masked row."""
     return Gen("mask", shape)
+
+
+def sparse(*shape, density=0.2, scale=1.0) -> Gen:
+    """Gaussian values of which only a share `density` is nonzero."""
+    return Gen("sparse", shape, {"density": density, "scale": scale})
+
+
+def chain(n, *, vocab, used) -> Gen:
+    """A corpus of n int64 ids whose next token is a fixed permutation (one cycle) of the previous one,
+    over `used` random tokens of [0, vocab): the others never occur."""
+    return Gen("chain", (n,), {"vocab": vocab, "used": used})
 
 
 def given(values) -> Gen:
@@ -715,10 +732,116 @@ ACCOUNTING = [
 
 # Train it: the loss, clipping, batches, checkpoints.
 TRAIN_PIECES: list[Spec] = [
+    # ---- run_cross_entropy: any leading dims, large logits, low precision
+    case("run_cross_entropy", "batch-vocab", "logits [6, 11], CS336's [batch, vocab] layout",
+         inputs=normal(6, 11, scale=2.0), targets=ints(6, high=11)),
+    case("run_cross_entropy", "lm-3d", "LM logits [2, 5, 13] and targets [2, 5]: the mean over all 10 positions",
+         inputs=normal(2, 5, 13, scale=2.0), targets=ints(2, 5, high=13)),
+    case("run_cross_entropy", "4d", "logits [2, 1, 3, 7]", inputs=normal(2, 1, 3, 7), targets=ints(2, 1, 3, high=7)),
+    case("run_cross_entropy", "offset-1000", "logits about +1000 (rows 4 x 9): exp(1000) overflows float32",
+         inputs=normal(4, 9, scale=3.0, offset=1000.0), targets=ints(4, high=9)),
+    case("run_cross_entropy", "offset-minus-1000", "logits about -1000: exp(-1000) underflows to 0, log(0) = -inf",
+         inputs=normal(3, 10, scale=3.0, offset=-1000.0), targets=ints(3, high=10)),
+    case("run_cross_entropy", "spread-1000", "logits spanning about +-1000 inside each row [5, 8]",
+         inputs=normal(5, 8, scale=500.0), targets=ints(5, high=8)),
+    case("run_cross_entropy", "bf16", "bfloat16 logits [4, 12]: the loss is bfloat16, computed in float32",
+         inputs=normal(4, 12, scale=3.0, dtype="bfloat16"), targets=ints(4, high=12)),
+    case("run_cross_entropy", "fp16-large", "float16 logits of size about 30 [3, 14]: exp overflows float16 above 11",
+         inputs=normal(3, 14, scale=30.0, dtype="float16"), targets=ints(3, high=14)),
+    case("run_cross_entropy", "hidden-lm", "", hidden=True,
+         inputs=normal(3, 4, 17, scale=5.0), targets=ints(3, 4, high=17)),
+
+    # ---- run_clip_gradients (run_gradient_clipping): one global norm, frozen parameters, low precision
+    case("run_clip_gradients", "above-max", "3 gradients of joint norm about 5 > 0.5, one frozen parameter",
+         gradients={"w": normal(4, 3), "b": normal(5), "e": normal(2, 3, 2)}, max_l2_norm=0.5, num_without_grad=1),
+    case("run_clip_gradients", "below-max", "joint norm about 4 < 100: the gradients stay exactly as they are",
+         tolerance=EXACT, gradients={"w": normal(3, 4), "b": normal(6)}, max_l2_norm=100.0),
+    case("run_clip_gradients", "cs336", "CS336's test: 6 gradients [5, 5] (5 with .grad), max 0.01, 1 frozen",
+         gradients={f"p{i}": normal(5, 5) for i in range(5)}, max_l2_norm=0.01, num_without_grad=1),
+    case("run_clip_gradients", "mixed-norms", "one large gradient, two small ones below the max on their own",
+         gradients={"big": normal(4, 4, scale=3.0), "small": normal(3, scale=0.05), "tiny": normal(2, 2, scale=0.01)},
+         max_l2_norm=1.0, num_without_grad=2),
+    case("run_clip_gradients", "fp16-large", "float16 gradients of size about 300: their squares overflow float16",
+         gradients={"w": normal(4, 5, scale=300.0, dtype="float16"), "b": normal(5, scale=300.0, dtype="float16")},
+         max_l2_norm=1.0),
+    case("run_clip_gradients", "bf16", "bfloat16 gradients, norm about 4 > 2",
+         gradients={"w": normal(3, 5, dtype="bfloat16"), "b": normal(2, dtype="bfloat16")}, max_l2_norm=2.0),
+    case("run_clip_gradients", "hidden-mixed", "", hidden=True,
+         gradients={"a": normal(6, 2), "b": normal(3, scale=0.1), "c": normal(2, 2, 2)}, max_l2_norm=0.3,
+         num_without_grad=1),
+
+    # ---- run_sample_batches (run_get_batch): with one possible start the batches are determined; the
+    # random draws (uniform starts, every start, none past the end) are tests/test_training.py's
+    case("run_sample_batches", "one-start", "9 ids, context_length 8: start 0 is the only one, so x = ids[:8], "
+         "y = ids[1:]", dataset=ints(9, high=60000), batch_size=3, context_length=8, num_batches=2, seed=0,
+         memmap=False),
+    case("run_sample_batches", "one-start-memmap", "the same from a uint16 np.memmap: 6 ids, context_length 5",
+         dataset=ints(6, high=60000), batch_size=4, context_length=5, num_batches=3, seed=1, memmap=True),
+    case("run_sample_batches", "hidden-memmap", "", hidden=True,
+         dataset=ints(12, high=60000), batch_size=2, context_length=11, num_batches=2, seed=2, memmap=True),
+
+    # ---- run_resume_training (run_save_checkpoint, run_load_checkpoint): a resumed run equals the unbroken one
+    case("run_resume_training", "bytesio", "5 steps of AdamW, saved to an io.BytesIO after step 2",
+         w1=weight(6, 4), w2=weight(3, 6), inputs=normal(5, 2, 4), targets=normal(5, 2, 3), save_at=2, lr=0.01,
+         to_file=False),
+    case("run_resume_training", "file", "6 steps, saved to a file after step 4",
+         w1=weight(5, 3), w2=weight(2, 5), inputs=normal(6, 4, 3), targets=normal(6, 4, 2), save_at=4, lr=0.05,
+         to_file=True),
+    case("run_resume_training", "hidden-file", "", hidden=True,
+         w1=weight(7, 3), w2=weight(4, 7), inputs=normal(5, 2, 3), targets=normal(5, 2, 4), save_at=3, lr=0.02,
+         to_file=True),
 ]
+
+
+
+def adamw_inputs(steps: int, **shapes) -> dict:
+    """Initial parameters, mostly-zero gradients and which steps give each parameter a gradient
+    (about half: a skipped parameter keeps its moments and step count)."""
+    return dict(params={k: normal(*shape) for k, shape in shapes.items()},
+                grads={k: sparse(steps, *shape, density=0.3) for k, shape in shapes.items()},
+                has_grad={k: mask(steps) for k in shapes})
+
+
+ADAMW = dict(lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01)  # torch's defaults, a larger lr
+ADAMW_OTHER = dict(lr=3e-3, beta1=0.8, beta2=0.95, eps=1e-6, weight_decay=0.1)
 
 # Train it: AdamW, the schedule, the end-to-end run.
 TRAIN_RUN: list[Spec] = [
+    # ---- run_adamw_steps: a trajectory over many steps, several shapes, skipped and mostly-zero gradients
+    case("run_adamw_steps", "three-shapes", "matrix [6, 4], vector [5], 3-D [2, 3, 2]; 40 steps, torch's betas",
+         **ADAMW, **adamw_inputs(40, matrix=(6, 4), vector=(5,), cube=(2, 3, 2))),
+    case("run_adamw_steps", "other-settings", "betas (0.8, 0.95), eps 1e-6, weight_decay 0.1; embedding-like "
+         "table [12, 3] and a gain [3]; 60 steps", **ADAMW_OTHER, **adamw_inputs(60, table=(12, 3), gain=(3,))),
+    case("run_adamw_steps", "one-parameter", "a single [7] parameter; 25 steps", **ADAMW,
+         **adamw_inputs(25, weight=(7,))),
+    case("run_adamw_steps", "hidden-shapes", "", hidden=True, **ADAMW_OTHER,
+         **adamw_inputs(50, a=(3, 5), b=(4,), c=(2, 2, 3))),
+
+    # ---- run_adamw_resumed: state_dict() into a fresh optimizer half way
+    case("run_adamw_resumed", "resume-at-10", "matrix [5, 3] and vector [4], resumed before step 10 of 30",
+         **ADAMW, resume_at=10, **adamw_inputs(30, matrix=(5, 3), vector=(4,))),
+    case("run_adamw_resumed", "resume-at-23", "betas (0.8, 0.95); table [9, 2], resumed before step 23 of 40",
+         **ADAMW_OTHER, resume_at=23, **adamw_inputs(40, table=(9, 2), gain=(2,))),
+    case("run_adamw_resumed", "hidden-resume", "", hidden=True, **ADAMW, resume_at=17,
+         **adamw_inputs(35, a=(4, 3), b=(6,))),
+
+    # ---- run_lr_schedule: every iteration, every boundary
+    case("run_lr_schedule", "cs336-handout", "CS336's public test (max 1, min 0.1, warmup 7, cycle 21), 30 iterations",
+         max_learning_rate=1.0, min_learning_rate=0.1, warmup_iters=7, cosine_cycle_iters=21, num_iters=30),
+    case("run_lr_schedule", "small-lr", "max 3e-3, min 3e-4, warmup 10, cycle 40, 60 iterations",
+         max_learning_rate=3e-3, min_learning_rate=3e-4, warmup_iters=10, cosine_cycle_iters=40, num_iters=60),
+    case("run_lr_schedule", "no-warmup-min-0", "warmup 0 (the cosine from it = 0), min 0, cycle 12, 20 iterations",
+         max_learning_rate=0.5, min_learning_rate=0.0, warmup_iters=0, cosine_cycle_iters=12, num_iters=20),
+    case("run_lr_schedule", "hidden-long", "", hidden=True,
+         max_learning_rate=6e-4, min_learning_rate=6e-5, warmup_iters=20, cosine_cycle_iters=90, num_iters=120),
+
+    # ---- run_train_tiny_lm: judged by what it trains (a public case and its hidden twin: a fresh corpus,
+    # fresh weights); 60 steps are 0.2 s, and bring the reference from about ln V to about 0.003
+    case("run_train_tiny_lm", "cycle-16-of-24", "V=24, 16 tokens occur (a fixed cycle), T=8, d_model=16, 1 layer, "
+         "2 heads; 60 steps of 8 windows", check="train",
+         weights=lm_weights(24, 16, 1, 32), corpus=chain(256, vocab=24, used=16), vocab_size=24, context_length=8,
+         d_model=16, num_layers=1, num_heads=2, d_ff=32, rope_theta=10000.0, steps=60, batch_size=8,
+         max_learning_rate=5e-2, min_learning_rate=5e-3, warmup_iters=6, weight_decay=0.1, max_l2_norm=1.0, seed=0),
 ]
 
 CATALOGUE: list[Spec] = UNIT_2_1 + UNIT_2_2 + UNIT_2_5 + MODEL + GPT2 + ACCOUNTING + TRAIN_PIECES + TRAIN_RUN

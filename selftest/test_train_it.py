@@ -1,0 +1,55 @@
+"""The trusted side of the training check: the driver's forward (harness/grading/forward.py) is the
+contract's LM, and check_training judges by the forward it is given, never the submission's."""
+
+import pytest
+import torch
+
+from harness.grading.drive import Grading
+from harness.grading.forward import transformer_lm
+from harness.runtime import Adapters
+from harness.student_run.checks import check_training
+from harness.student_run.compare import Mismatch
+from harness.store import Term
+from conftest import PROJECT, TERM
+
+
+@pytest.fixture(scope="module")
+def term():
+    return Term(PROJECT, TERM)
+
+
+def test_the_drivers_forward_is_the_contracts_lm(term):
+    cases = [c for c in term.cases if c.function == "run_transformer_lm" and c.check == "output"]
+    assert cases, f"term {term.name} has no run_transformer_lm case"
+    for case in cases:
+        out = transformer_lm(**term.inputs(case))
+        expected = term.expected(case)
+        assert torch.allclose(out, expected, atol=case.atol, rtol=case.rtol), \
+            f"{case.id}: the driver's forward is off by {(out - expected).abs().max().item():.3g}"
+    assert Grading.trusted_forward is transformer_lm  # what the held_out_forward fixture hands the check in grading
+
+
+class _Liar:
+    """The reference, except that its own forward claims a perfect model of anything trained."""
+
+    def __init__(self):
+        self.reference = Adapters("reference.adapters")
+
+    def __getattr__(self, name):
+        return getattr(self.reference, name)
+
+    def run_train_tiny_lm(self, **kwargs):
+        return {k: v.clone() for k, v in kwargs["weights"].items()}  # nothing trained
+
+    def run_transformer_lm(self, **kwargs):
+        return torch.zeros(*kwargs["in_indices"].shape, kwargs["vocab_size"])
+
+
+def test_the_check_judges_with_the_forward_it_is_given(term):
+    cases = [c for c in term.cases if c.function == "run_train_tiny_lm" and not c.hidden]
+    if not cases:
+        pytest.skip(f"term {term.name} has no run_train_tiny_lm case")
+    reference = Adapters("reference.adapters")
+    check_training(reference, term, cases[0], forward=transformer_lm)
+    with pytest.raises(Mismatch, match="did not learn the corpus's rule"):
+        check_training(_Liar(), term, cases[0], forward=transformer_lm)

@@ -1,0 +1,211 @@
+"""Train it: checks no fixture can make (random draws, a resumed run, what a call allocates).
+
+Inputs come from fixed seeds; expected values from properties every correct implementation has.
+Every call is to a contract function with tensors in and out (the drills run_clip_gradients,
+run_sample_batches, run_resume_training stand for CS336's entry points), so these tests run
+unchanged in grading, where each call is made in the submission's worker.
+"""
+
+import math
+
+import pytest
+import torch
+
+from harness.runtime import AdaptersError, ContractViolation
+from harness.student_run.probes import allocations
+
+adapter = pytest.mark.adapter
+
+
+def rng(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ---------------------------------------------------------------- cross-entropy
+
+@adapter("run_cross_entropy")
+@pytest.mark.parametrize("offset", [1000.0, -1000.0, 1e4])
+def test_cross_entropy_ignores_a_shift_of_every_logit(adapters, offset):
+    """softmax(x + c) = softmax(x): the loss of logits shifted by c is the loss of the logits."""
+    logits = torch.randn(4, 9, generator=rng()) * 3
+    targets = torch.randint(0, 9, (4,), generator=rng())
+    base = adapters.run_cross_entropy(logits, targets)
+    shifted = adapters.run_cross_entropy(logits + offset, targets)
+    assert torch.isfinite(shifted), (
+        f"the loss of logits shifted by {offset:g} is {shifted.item()}: exp overflowed. Subtract each row's max "
+        "before exp (log-sum-exp), so exp never sees more than 0")
+    # float32 holds x + 1e4 to 1e-3: allow that much, far less than any real error
+    assert abs(shifted.item() - base.item()) < 2e-6 * abs(offset) + 1e-5, (
+        f"shifting every logit by {offset:g} changed the loss from {base.item():.6g} to {shifted.item():.6g}; "
+        "softmax(x + c) = softmax(x), so the loss must not change")
+
+
+@adapter("run_cross_entropy")
+def test_cross_entropy_of_equal_logits_is_log_vocab(adapters):
+    """With every logit equal, every class has probability 1/V: the loss is log V whatever the targets."""
+    loss = adapters.run_cross_entropy(torch.full((3, 5, 20), 7.0), torch.randint(0, 20, (3, 5), generator=rng()))
+    assert abs(loss.item() - math.log(20)) < 1e-5, f"equal logits over 20 classes give log 20 = 2.9957; got {loss.item():.6g}"
+
+
+V_PROBE, ROWS = 4096, 64  # logits [64, 4096]: a one-hot of the targets is as large as they are
+
+
+@pytest.mark.reports_only  # the allocation hook runs in the code's own process
+@adapter("run_cross_entropy")
+def test_cross_entropy_builds_no_one_hot(adapters):
+    """A one-hot [..., V] of the targets is the size of the logits, as the loss's own intermediates are
+    (x - max, exp): it is told apart by what makes it (aten.one_hot, a comparison, a scatter) and its dtype."""
+    logits = torch.randn(ROWS, V_PROBE, generator=rng())
+    targets = torch.randint(0, V_PROBE, (ROWS,), generator=rng())
+    _, found = allocations(adapters.run_cross_entropy, logits, targets)
+    one_hot = [a for a in found if a.shape == [ROWS, V_PROBE]
+               and (not a.dtype.is_floating_point or a.op in ("one_hot", "scatter", "eq"))]
+    assert not one_hot, (
+        f"run_cross_entropy made a {str(one_hot[0].dtype).removeprefix('torch.')}{one_hot[0].shape} tensor "
+        f"(aten.{one_hot[0].op}) from targets [{ROWS}]: a one-hot [..., vocab_size]. At GPT-2 scale ([8, 1024] "
+        "targets, V=50257) it is 1.6 GB in fp32. Pick each target's logit instead: "
+        "logits.gather(-1, targets.unsqueeze(-1)) or logits[rows, targets]")
+
+
+# ---------------------------------------------------------------- gradient clipping
+
+CLIPS = [  # (shapes of the gradients, their scale, max_l2_norm)
+    ([(4, 3), (5,), (2, 2)], 1.0, 0.5),
+    ([(6,), (3, 3)], 0.08, 0.25),  # each gradient's own norm below the max, their joint norm above it
+]
+
+
+@adapter("run_clip_gradients")
+@pytest.mark.parametrize("shapes, scale, max_norm", CLIPS)
+def test_clipping_scales_every_gradient_by_one_factor(adapters, shapes, scale, max_norm):
+    """Above the maximum every gradient is multiplied by the same max / (norm + 1e-6), norm the joint L2
+    norm of all gradients: the joint norm afterwards is max_l2_norm (less 1e-6) and directions are kept."""
+    g = rng(len(shapes))
+    gradients = {f"p{i}": torch.randn(s, generator=g) * scale for i, s in enumerate(shapes)}
+    joint = torch.cat([t.flatten() for t in gradients.values()]).norm().item()
+    assert joint > max_norm
+    out = adapters.run_clip_gradients(gradients, max_norm)
+    parts = out.split([t.numel() for t in gradients.values()])
+    factors = [(p.double() @ t.double().flatten() / t.double().norm() ** 2).item() for p, t in zip(parts, gradients.values())]
+    expected = max_norm / (joint + 1e-6)
+    if any(abs(f - expected) > 1e-5 * expected for f in factors):
+        own = [min(1.0, max_norm / (t.norm().item() + 1e-6)) for t in gradients.values()]
+        alone = all(abs(f - o) < 1e-5 * o for f, o in zip(factors, own))
+        raise AssertionError(
+            f"the gradients were multiplied by {', '.join(f'{f:.6g}' for f in factors)}; one global norm "
+            f"{joint:.6g} over all of them gives one factor, {max_norm:g} / (norm + 1e-6) = {expected:.6g}, for each"
+            + (". Each gradient was clipped by its own norm: sum the squares of all gradients, then take one "
+               "square root" if alone else ""))
+
+
+# ---------------------------------------------------------------- batches
+
+N, T, B, CALLS = 30, 6, 32, 200  # 24 starts, 6,400 draws
+FALSE_FAILURE = 1e-6
+NOT_RUN = (NotImplementedError, TimeoutError, AdaptersError, ContractViolation)
+
+
+def _batches(adapters, dataset, batch_size, context_length, num_batches, seed, memmap=False):
+    """The drill's batches; a crash explained by what it most often means for a sampler."""
+    try:
+        return adapters.run_sample_batches(dataset, batch_size, context_length, num_batches, seed, memmap)
+    except NOT_RUN:
+        raise
+    except Exception as e:  # noqa: BLE001 - the student's get_batch raised
+        raise AssertionError(
+            f"get_batch raised {type(e).__name__} ({str(e)[:200]}) on {len(dataset)} ids with context_length "
+            f"{context_length}. The valid starts are 0 .. {len(dataset) - context_length - 1}: a start of "
+            f"len(dataset) - context_length or more runs past the end, and its y window comes out short") from None
+
+
+def binomial_bounds(n: int, p: float, tail: float) -> tuple[int, int]:
+    """The smallest lo and largest hi with P(X < lo) <= tail and P(X > hi) <= tail for X ~ Binomial(n, p)."""
+    log_pmf = [math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * math.log(p)
+               + (n - k) * math.log1p(-p) for k in range(n + 1)]
+    lo, below = 0, 0.0
+    while below + math.exp(log_pmf[lo]) <= tail:
+        below += math.exp(log_pmf[lo])
+        lo += 1
+    hi, above = n, 0.0
+    while above + math.exp(log_pmf[hi]) <= tail:
+        above += math.exp(log_pmf[hi])
+        hi -= 1
+    return lo, hi
+
+
+@adapter("run_sample_batches")
+@pytest.mark.parametrize("memmap", [False, True])
+def test_batches_are_windows_and_their_next_tokens(adapters, memmap):
+    dataset = torch.arange(100, 100 + N)  # the value is the position + 100, so a window shows its start
+    out = _batches(adapters, dataset, 5, T, 4, seed=3, memmap=memmap)
+    x, y = out[:, 0], out[:, 1]
+    steps = torch.arange(T)
+    windows = (x - x[..., :1] == steps).all(-1)
+    assert windows.all(), f"x rows must be consecutive ids dataset[s : s + {T}]; got {x[~windows][0].tolist()}"
+    assert torch.equal(y, x + 1), (
+        f"y must be x shifted by one token, y = dataset[s + 1 : s + {T} + 1]; for x {x[0, 0].tolist()} got y "
+        f"{y[0, 0].tolist()}" + (": the targets are not shifted" if torch.equal(y, x) else ""))
+
+
+@adapter("run_sample_batches")
+def test_starts_are_uniform_over_every_valid_start(adapters):
+    """Over CALLS x B draws from N ids with context_length T, each of the k = N - T valid starts is drawn
+    X_s ~ Binomial(CALLS x B, 1/k) times. The test requires lo <= X_s <= hi for every s, with lo and hi
+    the exact binomial quantiles whose tails are at most 1e-6 / (2k) each: by the union bound a uniform
+    sampler fails with probability below 1e-6 (6,400 draws, k = 24: 185 <= X_s <= 355, mean 266.7). A start
+    that is never drawn (the last one, with randint's exclusive high taken as inclusive), a start past the
+    end, or a skewed draw fails."""
+    out = _batches(adapters, torch.arange(N), B, T, CALLS, seed=0)
+    starts = out[:, 0, :, 0].flatten()
+    k = N - T
+    assert int(starts.min()) >= 0 and int(starts.max()) <= k - 1, (
+        f"a start of {int(starts.max())} was drawn; with {N} ids and context_length {T} the last valid start is "
+        f"{k - 1}: a larger one runs past the end (y = dataset[s + 1 : s + T + 1] needs s + T < len(dataset))")
+    counts = torch.bincount(starts, minlength=k).tolist()
+    lo, hi = binomial_bounds(len(starts), 1 / k, FALSE_FAILURE / (2 * k))
+    never = [s for s, c in enumerate(counts) if c == 0]
+    if never:
+        last = " (the last valid start, len(dataset) - context_length - 1: randint's upper bound is exclusive)" \
+            if never == [k - 1] else ""
+        raise AssertionError(f"start{'s' if len(never) > 1 else ''} {never} never drawn in {len(starts)} draws"
+                             f"{last}; every start 0 .. {k - 1} must be possible")
+    off = {s: c for s, c in enumerate(counts) if not lo <= c <= hi}
+    assert not off, (f"starts are not uniform: over {len(starts)} draws each of the {k} starts should come up "
+                     f"{lo} to {hi} times (a uniform sampler fails this with probability below 1e-6); "
+                     f"start: count {off}")
+
+
+@adapter("run_sample_batches")
+def test_batches_are_made_on_the_requested_device(adapters):
+    """The drill asks for batches on the dataset's device: on meta, x and y must be meta tensors (a GPU
+    run would ask for cuda)."""
+    out = adapters.run_sample_batches(torch.zeros(N, dtype=torch.long, device="meta"), 2, T, 1, 0, False)
+    assert out.device.type == "meta", (
+        f"get_batch(..., device='meta') returned its batches on {out.device}: put x and y on `device` "
+        "(torch.from_numpy(...).to(device), or torch.tensor(..., device=device))")
+
+
+# ---------------------------------------------------------------- checkpoints
+
+def _resume(adapters, save_at: int, to_file: bool) -> torch.Tensor:
+    g = rng(save_at)
+    w1, w2 = torch.randn(5, 3, generator=g) * 0.5, torch.randn(2, 5, generator=g) * 0.5
+    inputs, targets = torch.randn(6, 4, 3, generator=g), torch.randn(6, 4, 2, generator=g)
+    return adapters.run_resume_training(w1, w2, inputs, targets, save_at, 0.05, to_file)
+
+
+@adapter("run_resume_training")
+@pytest.mark.parametrize("to_file", [False, True])
+def test_resumed_training_continues_bit_for_bit(adapters, to_file):
+    """Training resumed from a checkpoint gives exactly the weights of the run that never stopped."""
+    out = _resume(adapters, 3, to_file)
+    if torch.equal(out[0], out[1]):
+        return
+    differ = int((out[0] != out[1]).sum())
+    # saved before the first step, AdamW has no state yet: what differs there is not the optimizer's
+    fresh = _resume(adapters, 0, to_file)
+    cause = (" Resumed before any step it is exact, so the optimizer's state is what is lost: save and load "
+             "optimizer.state_dict() (AdamW's moments and step count) too" if torch.equal(fresh[0], fresh[1]) else
+             " Restore the model (load_state_dict), the optimizer's state and the iteration the checkpoint saved")
+    raise AssertionError(f"the resumed run ends with other weights than the run that never stopped ({differ} of "
+                         f"{out.shape[1]} differ, by up to {(out[0] - out[1]).abs().max().item():.3g}).{cause}")
