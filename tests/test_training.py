@@ -195,7 +195,8 @@ def _resume(adapters, save_at: int, to_file: bool, dtype: torch.dtype) -> torch.
 
 
 @adapter("run_resume_training")
-@pytest.mark.parametrize("to_file, dtype", [(False, torch.float32), (True, torch.float32), (False, torch.bfloat16)])
+@pytest.mark.parametrize("to_file, dtype", [(False, torch.float32), (True, torch.float32), (False, torch.bfloat16)],
+                         ids=["bytesio", "file", "bytesio-bf16"])
 def test_resumed_training_continues_bit_for_bit(adapters, to_file, dtype):
     """Training resumed from a checkpoint gives exactly the weights of the run that never stopped; in
     bfloat16 too (numpy, for one, has no bfloat16: a checkpoint must keep each tensor's dtype)."""
