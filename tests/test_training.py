@@ -119,7 +119,7 @@ def _batches(adapters, dataset, batch_size, context_length, num_batches, seed, m
 
 
 def binomial_bounds(n: int, p: float, tail: float) -> tuple[int, int]:
-    """The smallest lo and largest hi with P(X < lo) <= tail and P(X > hi) <= tail for X ~ Binomial(n, p)."""
+    """The tightest lo and hi with P(X < lo) <= tail and P(X > hi) <= tail, for X ~ Binomial(n, p)."""
     log_pmf = [math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * math.log(p)
                + (n - k) * math.log1p(-p) for k in range(n + 1)]
     lo, below = 0, 0.0
@@ -152,7 +152,7 @@ def test_starts_are_uniform_over_every_valid_start(adapters):
     """Over CALLS x B draws from N ids with context_length T, each of the k = N - T valid starts is drawn
     X_s ~ Binomial(CALLS x B, 1/k) times. The test requires lo <= X_s <= hi for every s, with lo and hi
     the exact binomial quantiles whose tails are at most 1e-6 / (2k) each: by the union bound a uniform
-    sampler fails with probability below 1e-6 (6,400 draws, k = 24: 185 <= X_s <= 355, mean 266.7). A start
+    sampler fails with probability below 1e-6 (6,400 draws, k = 24: 184 <= X_s <= 359, mean 266.7). A start
     that is never drawn (the last one, with randint's exclusive high taken as inclusive), a start past the
     end, or a skewed draw fails."""
     out = _batches(adapters, torch.arange(N), B, T, CALLS, seed=0)
