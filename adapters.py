@@ -1073,8 +1073,9 @@ def run_resume_training(
     to_file: bool,
 ) -> Float[Tensor, "runs params"]:
     """A drill of run_save_checkpoint and run_load_checkpoint (you write nothing here): a small model
-    (weights w1, w2; x -> w2 tanh(w1 x)) trains with your AdamW (get_adamw_cls), one step per
-    (inputs[i], targets[i]), on the mean squared error. At
+    (weights w1, w2; x -> w2 tanh(w1 x)) trains on the mean squared error, one step per (inputs[i],
+    targets[i]), with an optimizer of the harness's own (a momentum buffer and a step count per
+    parameter, in optimizer.state: what a checkpoint must restore, as it must AdamW's). At
     step save_at your save_checkpoint saves it (to a file with to_file, else to an io.BytesIO), and the
     run goes on to the last step. A second model, with other weights and a fresh AdamW, is restored by
     your load_checkpoint and trains from the iteration it returns to the last step.
@@ -1085,7 +1086,21 @@ def run_resume_training(
     import io
     import tempfile
 
-    def fresh(scale):  # a small model of the harness's own (Linear, tanh, Linear) and your AdamW
+    class Momentum(torch.optim.Optimizer):  # the harness's own: state to restore, whatever your AdamW does
+        def __init__(self, params, lr):
+            super().__init__(params, dict(lr=lr))
+
+        @torch.no_grad()
+        def step(self):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    state = self.state[p]
+                    state["step"] = state.get("step", 0) + 1
+                    buffer = state.setdefault("momentum", torch.zeros_like(p))
+                    buffer.mul_(0.9).add_(p.grad)
+                    p.sub_(group["lr"] * buffer / state["step"] ** 0.5)
+
+    def fresh(scale):  # a small model of the harness's own (Linear, tanh, Linear) and its optimizer
         model = torch.nn.Sequential(
             torch.nn.Linear(w1.shape[1], w1.shape[0], bias=False, dtype=w1.dtype, device=w1.device),
             torch.nn.Tanh(),
@@ -1093,7 +1108,7 @@ def run_resume_training(
         with torch.no_grad():
             model[0].weight.copy_(w1 * scale)
             model[2].weight.copy_(w2 * scale)
-        return model, impl.optimizer.AdamW(model.parameters(), lr=lr, weight_decay=0.1)
+        return model, Momentum(model.parameters(), lr)
 
     def train(model, optimizer, steps):
         for i in steps:

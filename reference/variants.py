@@ -1435,6 +1435,12 @@ def _ce_over_first_axis(inputs, targets):
     return -logp.gather(-1, targets[..., None]).mean().to(inputs.dtype)
 
 
+def _ce_one_hot(inputs, targets):
+    x = _upcast(inputs)
+    logp = x - torch.logsumexp(x, dim=-1, keepdim=True)
+    return -(F.one_hot(targets, x.shape[-1]) * logp).sum(-1).mean().to(inputs.dtype)
+
+
 def _clip_each(parameters, max_l2_norm):
     for p in parameters:
         if p.grad is not None:
@@ -1458,12 +1464,18 @@ def _batch(high_minus_valid: int, shift: int = 1):
     return get_batch
 
 
+class _Ignored:
+    def load_state_dict(self, state):
+        pass
+
+
 def _load_model_only(src, model, optimizer):
     """Reads the checkpoint but restores only the model: the optimizer keeps its fresh state."""
-    throwaway = type(optimizer)(model.parameters())
-    return _load(src, model, throwaway)
+    return _load(src, model, _Ignored())
 
 
+register("cross_entropy_one_hot", "cross-entropy through a one-hot [..., vocab_size] of the targets",
+         named_by="a one-hot [..., vocab_size]", training__cross_entropy=_ce_one_hot)
 register("clip_per_parameter", "gradient clipping per parameter instead of one global norm",
          hint="each gradient clipped by its own norm: the norm is one global norm over all gradients together",
          named_by="its own norm", training__gradient_clipping=_clip_each)
@@ -1481,7 +1493,7 @@ register("batch_start_past_end", "get_batch whose last start runs past the end",
 register("batch_last_start_never", "get_batch that can never draw the last start",
          named_by="never drawn", training__get_batch=_batch(-1))
 register("checkpoint_without_optimizer", "a checkpoint that drops the optimizer state",
-         hint="a checkpoint that does not restore the optimizer's state (AdamW's moments and step count)",
+         hint="a checkpoint that does not restore the optimizer's state (its moments and step counts)",
          named_by="optimizer's state", training__load_checkpoint=_load_model_only)
 
 

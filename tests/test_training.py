@@ -61,8 +61,8 @@ def test_cross_entropy_builds_no_one_hot(adapters):
     one_hot = [a for a in found if a.shape == [ROWS, V_PROBE]
                and (not a.dtype.is_floating_point or a.op in ("one_hot", "scatter", "eq"))]
     assert not one_hot, (
-        f"run_cross_entropy made a {str(one_hot[0].dtype).removeprefix('torch.')}{one_hot[0].shape} tensor "
-        f"(aten.{one_hot[0].op}) from targets [{ROWS}]: a one-hot [..., vocab_size]. At GPT-2 scale ([8, 1024] "
+        f"from targets [{ROWS}] run_cross_entropy made {str(one_hot[0].dtype).removeprefix('torch.')}"
+        f"{one_hot[0].shape} (aten.{one_hot[0].op}), a one-hot [..., vocab_size]. At GPT-2 scale ([8, 1024] "
         "targets, V=50257) it is 1.6 GB in fp32. Pick each target's logit instead: "
         "logits.gather(-1, targets.unsqueeze(-1)) or logits[rows, targets]")
 
@@ -119,7 +119,7 @@ def _batches(adapters, dataset, batch_size, context_length, num_batches, seed, m
 
 
 def binomial_bounds(n: int, p: float, tail: float) -> tuple[int, int]:
-    """The smallest lo and largest hi with P(X < lo) <= tail and P(X > hi) <= tail for X ~ Binomial(n, p)."""
+    """The tightest lo and hi with P(X < lo) <= tail and P(X > hi) <= tail, for X ~ Binomial(n, p)."""
     log_pmf = [math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * math.log(p)
                + (n - k) * math.log1p(-p) for k in range(n + 1)]
     lo, below = 0, 0.0
@@ -152,7 +152,7 @@ def test_starts_are_uniform_over_every_valid_start(adapters):
     """Over CALLS x B draws from N ids with context_length T, each of the k = N - T valid starts is drawn
     X_s ~ Binomial(CALLS x B, 1/k) times. The test requires lo <= X_s <= hi for every s, with lo and hi
     the exact binomial quantiles whose tails are at most 1e-6 / (2k) each: by the union bound a uniform
-    sampler fails with probability below 1e-6 (6,400 draws, k = 24: 185 <= X_s <= 355, mean 266.7). A start
+    sampler fails with probability below 1e-6 (6,400 draws, k = 24: 184 <= X_s <= 359, mean 266.7). A start
     that is never drawn (the last one, with randint's exclusive high taken as inclusive), a start past the
     end, or a skewed draw fails."""
     out = _batches(adapters, torch.arange(N), B, T, CALLS, seed=0)
@@ -187,25 +187,27 @@ def test_batches_are_made_on_the_requested_device(adapters):
 
 # ---------------------------------------------------------------- checkpoints
 
-def _resume(adapters, save_at: int, to_file: bool) -> torch.Tensor:
+def _resume(adapters, save_at: int, to_file: bool, dtype: torch.dtype) -> torch.Tensor:
     g = rng(save_at)
     w1, w2 = torch.randn(5, 3, generator=g) * 0.5, torch.randn(2, 5, generator=g) * 0.5
     inputs, targets = torch.randn(6, 4, 3, generator=g), torch.randn(6, 4, 2, generator=g)
-    return adapters.run_resume_training(w1, w2, inputs, targets, save_at, 0.05, to_file)
+    return adapters.run_resume_training(*(t.to(dtype) for t in (w1, w2, inputs, targets)), save_at, 0.05, to_file)
 
 
 @adapter("run_resume_training")
-@pytest.mark.parametrize("to_file", [False, True])
-def test_resumed_training_continues_bit_for_bit(adapters, to_file):
-    """Training resumed from a checkpoint gives exactly the weights of the run that never stopped."""
-    out = _resume(adapters, 3, to_file)
+@pytest.mark.parametrize("to_file, dtype", [(False, torch.float32), (True, torch.float32), (False, torch.bfloat16)],
+                         ids=["bytesio", "file", "bytesio-bf16"])
+def test_resumed_training_continues_bit_for_bit(adapters, to_file, dtype):
+    """Training resumed from a checkpoint gives exactly the weights of the run that never stopped; in
+    bfloat16 too (numpy, for one, has no bfloat16: a checkpoint must keep each tensor's dtype)."""
+    out = _resume(adapters, 3, to_file, dtype)
     if torch.equal(out[0], out[1]):
         return
     differ = int((out[0] != out[1]).sum())
-    # saved before the first step, AdamW has no state yet: what differs there is not the optimizer's
-    fresh = _resume(adapters, 0, to_file)
+    # saved before the first step, the optimizer has no state yet: what differs there is not the optimizer's
+    fresh = _resume(adapters, 0, to_file, dtype)
     cause = (" Resumed before any step it is exact, so the optimizer's state is what is lost: save and load "
-             "optimizer.state_dict() (AdamW's moments and step count) too" if torch.equal(fresh[0], fresh[1]) else
+             "optimizer.state_dict() (its moments and step counts: AdamW's m, v and t) too" if torch.equal(fresh[0], fresh[1]) else
              " Restore the model (load_state_dict), the optimizer's state and the iteration the checkpoint saved")
     raise AssertionError(f"the resumed run ends with other weights than the run that never stopped ({differ} of "
                          f"{out.shape[1]} differ, by up to {(out[0] - out[1]).abs().max().item():.3g}).{cause}")
