@@ -464,7 +464,8 @@ def pytest_runtest_makereport_tag(item, call):
                            for title, text in report.sections]
         report.carries_points = carries_points(item)
         report.check = check_of(item)
-        if report.failed and item.get_closest_marker("reports_only"):
+        if report.failed and item.get_closest_marker("reports_only") and call.excinfo is not None \
+                and not call.excinfo.errisinstance(NotImplementedError):
             _label(report, REPORTS_ONLY)
     return report
 
