@@ -8,6 +8,7 @@ from torch import nn
 # Modules are referenced through their module, so a selftest variant that swaps one
 # piece (reference/variants.py) reaches every model built from it.
 from reference import attention, embeddings
+from reference.precision import widen  # a name of this module, so a variant can swap it here alone
 
 
 class RMSNorm(nn.Module):
@@ -31,7 +32,8 @@ class SwiGLU(nn.Module):
         self.w3 = attention.Linear(d_model, d_ff, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(attention.silu(self.w1(x)) * self.w3(x))
+        wide = widen(x)  # float32 throughout, rounded once at the end
+        return self.w2(attention.silu(self.w1(wide)) * self.w3(wide)).to(x.dtype)
 
 
 class TransformerBlock(nn.Module):
@@ -44,8 +46,9 @@ class TransformerBlock(nn.Module):
         self.ffn = SwiGLU(d_model, d_ff, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = x + self.attn(self.ln1(x))
-        return z + self.ffn(self.ln2(z))
+        wide = widen(x)
+        z = wide + self.attn(self.ln1(wide))
+        return (z + self.ffn(self.ln2(z))).to(x.dtype)
 
 
 class TransformerLM(nn.Module):
@@ -72,7 +75,8 @@ class TransformerLM(nn.Module):
                 p.normal_(0.0, 0.02 / math.sqrt(2 * num_layers) if residual else 0.02)
 
     def forward(self, in_indices: torch.Tensor) -> torch.Tensor:
-        x = self.token_embeddings(in_indices)
+        rows = self.token_embeddings(in_indices)
+        x = widen(rows)  # 16-bit weights: float32 throughout, the logits rounded once to their dtype
         for layer in self.layers:
             x = layer(x)
-        return self.lm_head(self.ln_final(x))
+        return self.lm_head(self.ln_final(x)).to(rows.dtype)

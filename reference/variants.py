@@ -22,6 +22,7 @@ from torch import nn
 
 import reference.adapters as ref
 from reference import accounting, attention, embeddings as emb, gpt2, model, rope
+from reference.precision import widen
 
 
 @dataclass
@@ -128,6 +129,15 @@ def __getattr__(name: str) -> Variant:
 def _set(base: type, **knobs) -> type:
     """A subclass of one of the knob classes below with some knobs turned."""
     return type(base.__name__.lstrip("_"), (base,), knobs)
+
+
+def _float32_inside(forward):
+    """A knob class's forward computes as the reference does on 16-bit inputs (float32 inside, rounded
+    once at the end), so each of its mistakes differs from the reference by its knob alone."""
+    @functools.wraps(forward)
+    def wrapped(self, x, *args, **kwargs):
+        return forward(self, widen(x), *args, **kwargs).to(x.dtype)
+    return wrapped
 
 
 # ================================================================ Unit 2.1
@@ -252,8 +262,13 @@ def _softmax_no_max(x, dim):
 
 
 def _attention(*, scale=True, invert=False, mask_after=False, dim=-1, swap_qk=False, scale_by="d_k",
-               mask_required=False, causal_when_none=False):
+               mask_required=False, causal_when_none=False, in_16_bits=False):
     def sdpa(Q, K, V, mask=None):
+        if not in_16_bits:  # float32 inside, as the reference
+            return sdpa_in(widen(Q), widen(K), widen(V), mask).to(Q.dtype)
+        return sdpa_in(Q, K, V, mask)
+
+    def sdpa_in(Q, K, V, mask=None):
         scores = (K @ Q.transpose(-1, -2)) if swap_qk else (Q @ K.transpose(-1, -2))
         width = V.shape[-1] if scale_by == "d_v" else Q.shape[-1]
         scores = scores / math.sqrt(width) if scale else scores
@@ -279,6 +294,7 @@ class _MHA(attention.MultiHeadSelfAttention):
     positions = "reference"  # or "meet_heads", "ignored", "skipped_when_none", "cpu_default", "unhandled_none",
     # "asserted"
 
+    @_float32_inside
     def forward(self, x, token_positions=None):
         seq, d = x.shape[-2], x.shape[-1]
         h = self.num_heads
@@ -363,6 +379,27 @@ register("attention_q_k_swapped", "scores computed as K Q^T",
          hint="scores computed as K Q^T instead of Q K^T", mistake=23,
          attention__scaled_dot_product_attention=_attention(swap_qk=True))
 
+
+def _softmax_in_input_dtype(x, dim):
+    shifted = x - x.amax(dim=dim, keepdim=True)  # a 16-bit x: every step rounds to 16 bits
+    e = shifted.exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+_IN_16_BITS = ("upcast the 16-bit inputs (and weights) to float32, compute, and round once at the end with "
+               ".to(x.dtype)")
+register("softmax_in_16_bits", "softmax computed in the input's float16/bfloat16",
+         hint=f"a softmax computed in float16/bfloat16 (x - max, exp and the sum each round to 16 bits); {_IN_16_BITS}",
+         attention__softmax=_softmax_in_input_dtype)
+register("attention_scores_in_16_bits", "attention scores and probabilities computed in float16/bfloat16",
+         hint=("attention computed in float16/bfloat16: the scores Q K^T, the probabilities and their product "
+               f"with V each round to 16 bits; {_IN_16_BITS}"),
+         attention__scaled_dot_product_attention=_attention(in_16_bits=True))
+register("attention_rounds_between_steps", "multi-head attention rounds to 16 bits after every projection",
+         hint=("attention that rounds to float16/bfloat16 after every step (the projections, the attention, the "
+               f"output projection): each piece may upcast, but the whole must run in float32; {_IN_16_BITS}"),
+         attention__widen=lambda x: x)
+
 # ================================================================ Unit 2.5
 
 class _RoPE(nn.Module):
@@ -386,6 +423,7 @@ class _RoPE(nn.Module):
             self.theta ** (-2 * k / self.d_k)
         return angles.cos().float(), angles.sin().float()
 
+    @_float32_inside
     def forward(self, x, token_positions):
         cos, sin = self._tables(None) if self.tables_in_forward else (self.cos, self.sin)
         cos, sin = cos[token_positions], sin[token_positions]
@@ -419,6 +457,19 @@ register("rope_tables_on_cpu", "cos/sin built in forward without device=",
          hint="RoPE tables built in forward on the CPU", named_by="device", mistake=28,
          rope__RotaryPositionalEmbedding=_set(_RoPE, tables_in_forward=True))
 
+
+class _RoPEIn16Bits(rope.RotaryPositionalEmbedding):
+    def forward(self, x, token_positions):
+        cos, sin = self.cos[token_positions].to(x.dtype), self.sin[token_positions].to(x.dtype)
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+
+
+register("rope_in_16_bits", "RoPE rotates a float16/bfloat16 x with 16-bit cos and sin",
+         hint=("RoPE computed in float16/bfloat16 (cos and sin cast to x's dtype, every product and sum rounded to "
+               "16 bits); rotate in float32 and round once: x.float(), then .to(x.dtype)"),
+         rope__RotaryPositionalEmbedding=_RoPEIn16Bits)
+
 # ================================================================ RMSNorm, SwiGLU
 
 class _RMSNorm(model.RMSNorm):
@@ -440,6 +491,7 @@ class _RMSNorm(model.RMSNorm):
 class _SwiGLU(model.SwiGLU):
     swap, activation = False, staticmethod(attention.silu)
 
+    @_float32_inside
     def forward(self, x):
         a, b = (self.w3, self.w1) if self.swap else (self.w1, self.w3)
         return self.w2(self.activation(a(x)) * b(x))
@@ -496,12 +548,18 @@ register("embedding_table_as_buffer", "the embedding table is a buffer, so it ha
 register("swiglu_gelu", "GELU in place of SiLU",
          hint="GELU in place of SiLU", mistake=35,
          model__SwiGLU=_set(_SwiGLU, activation=staticmethod(F.gelu)))
+register("model_rounds_between_layers", "SwiGLU, the block and the LM round to 16 bits between their layers",
+         hint=("a model that rounds to float16/bfloat16 between its layers (each Linear, norm and attention "
+               "returns 16 bits to the next): upcast the input (or the embeddings) and every weight to float32 "
+               "once at the start, and round once at the end"),
+         model__widen=lambda x: x)
 
 # ================================================================ block and LM
 
 class _Block(model.TransformerBlock):
     post_norm, residual_from_norm = False, False
 
+    @_float32_inside
     def forward(self, x):
         if self.post_norm:
             z = self.ln1(x + self.attn(x))
@@ -524,13 +582,14 @@ class _LM(model.TransformerLM):
             self.layers = blocks
 
     def forward(self, in_indices):
-        x = self.token_embeddings(in_indices)
+        rows = self.token_embeddings(in_indices)
+        x = widen(rows)
         for layer in self.layers:
             x = F.dropout(layer(x), p=self.dropout, training=True) if self.dropout else layer(x)
         logits = self.lm_head(self.ln_final(x))
         if self.log_probabilities:
-            return logits.log_softmax(dim=-1)
-        return logits.softmax(dim=-1) if self.probabilities else logits
+            return logits.log_softmax(dim=-1).to(rows.dtype)
+        return (logits.softmax(dim=-1) if self.probabilities else logits).to(rows.dtype)
 
 
 
@@ -750,7 +809,8 @@ register("linear_without_transpose", "Linear computes x @ W without the transpos
 
 class _LayerNorm(gpt2.LayerNorm):
     """LayerNorm with a knob per known mistake; the correct settings match the reference."""
-    unbiased, eps_outside, use_bias, axis, center, one_pass = False, False, True, -1, True, False
+    unbiased, eps_outside, use_bias, axis, center, one_pass, affine_in_input_dtype = \
+        False, False, True, -1, True, False, False
 
     def forward(self, x):
         wide = x.float()
@@ -761,14 +821,26 @@ class _LayerNorm(gpt2.LayerNorm):
             var = wide.var(dim=self.axis, keepdim=True, unbiased=self.unbiased) if self.center else \
                 wide.pow(2).mean(dim=self.axis, keepdim=True)
         scale = torch.sqrt(var) + self.eps if self.eps_outside else torch.sqrt(var + self.eps)
-        out = (wide - mean) / scale * self.weight
+        normed = (wide - mean) / scale
+        if self.affine_in_input_dtype:  # normalised in float32, then rounded before weight and bias
+            normed = normed.to(x.dtype)
+        out = normed * self.weight
         return (out + self.bias if self.use_bias else out).to(x.dtype)
 
 
 _reference_gelu = gpt2.gelu
 
 
+def _gelu_in_input_dtype(x, approximate="none"):
+    if approximate == "tanh":
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x.pow(3))))
+    if approximate == "none":
+        return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+    raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
+
+
 class _GPT2MLP(gpt2.GPT2MLP):
+    @_float32_inside
     def forward(self, x):
         return F.linear(gpt2.gelu(F.linear(x, self.c_fc.weight), self.approximate), self.c_proj.weight)
 
@@ -777,6 +849,7 @@ class _GQA(gpt2.GroupedQueryAttention):
     """Grouped-query attention with a knob per known mistake."""
     rope_on_values, group_from_d_model = False, False
 
+    @_float32_inside
     def forward(self, x, token_positions=None):
         seq = x.shape[-2]
         q = rearrange(self.q_proj(x), "... s (h d) -> ... h s d", h=self.num_heads)
@@ -793,6 +866,7 @@ class _GQA(gpt2.GroupedQueryAttention):
 
 
 class _GPT2Block(gpt2.GPT2Block):
+    @_float32_inside
     def forward(self, x):  # post-LN, as GPT-1 and the original Transformer
         z = self.ln1(x + self.attn(x))
         return self.ln2(z + self.mlp(z))
@@ -813,11 +887,12 @@ class _GPT2LM(gpt2.GPT2LM):
 
     def forward(self, in_indices):
         positions = torch.arange(in_indices.shape[-1], device=in_indices.device)
-        x = self.token_embeddings(in_indices) + self.position_embeddings(positions)
+        table = self.token_embeddings.weight
+        x = widen(self.token_embeddings(in_indices)) + widen(self.position_embeddings(positions))
         for layer in self.layers:
             x = layer(x)
         x = self.ln_final(x) if self.final_norm else x
-        return self.lm_head(x) if self.untied else x @ self.token_embeddings.weight.T
+        return (self.lm_head(x) if self.untied else x @ table.to(x.dtype).T).to(table.dtype)
 
 
 _reference_gpt2_accounting = accounting.gpt2_accounting
@@ -852,12 +927,26 @@ register("layernorm_one_pass_variance", "LayerNorm variance as E[x^2] - E[x]^2 i
 register("layernorm_without_mean", "RMSNorm where LayerNorm is asked: the mean is not subtracted",
          hint="RMSNorm in place of LayerNorm: subtract the mean, then divide by the standard deviation",
          gpt2__LayerNorm=_set(_LayerNorm, center=False))
+register("layernorm_affine_in_16_bits", "LayerNorm normalises in float32 but applies weight and bias in 16 bits",
+         hint=("LayerNorm that normalises in float32 but rounds to float16/bfloat16 before the affine: the product "
+               "with weight and the sum with bias each round to 16 bits; apply weight and bias in float32 too, "
+               "then round once"),
+         gpt2__LayerNorm=_set(_LayerNorm, affine_in_input_dtype=True))
 register("gelu_tanh_for_exact", "GELU by the tanh approximation where the exact form is asked",
          hint="GELU by its tanh approximation where approximate='none' asks for the exact erf form",
          gpt2__gelu=lambda x, approximate="none": _reference_gelu(x, "tanh"))
 register("gelu_approximate_ignored", "GELU ignores approximate='tanh'",
          hint="GELU that ignores approximate='tanh' and always computes the exact erf form",
          gpt2__gelu=lambda x, approximate="none": _reference_gelu(x))
+register("gelu_in_16_bits", "GELU computed in the input's float16/bfloat16",
+         hint=("GELU computed in float16/bfloat16 (x / sqrt(2), erf, 1 + erf and the products each round to 16 "
+               "bits); compute in float32 and round once: gelu(x.float()).to(x.dtype)"),
+         gpt2__gelu=lambda x, approximate="none": _gelu_in_input_dtype(x, approximate))
+register("gpt2_rounds_between_layers", "the GPT-2 MLP, attention, block and LM round to 16 bits between layers",
+         hint=("GPT-2 modules that round to float16/bfloat16 between their layers (each linear, GELU and "
+               "attention returns 16 bits to the next): upcast the input (or the embeddings) and every weight "
+               "and bias to float32 once at the start, and round once at the end"),
+         gpt2__widen=lambda x: x)
 register("gpt2_mlp_biases_dropped", "the GPT-2 MLP holds its biases but never adds them",
          hint="the GPT-2 MLP without its biases: c_fc and c_proj both add theirs",
          gpt2__GPT2MLP=_GPT2MLP)
@@ -922,16 +1011,18 @@ register("float32_sinusoidal", "sinusoidal computed in float32 with pow and stri
 
 # ---- einsum everywhere
 
+# 16-bit weights meet a float32 x inside a model (float32 throughout): each weight is cast where it is used.
 class _EinsumLinear(attention.Linear):
     def forward(self, x):
-        return torch.einsum("...i,oi->...o", x, self.weight)
+        return torch.einsum("...i,oi->...o", x, self.weight.to(x.dtype))
 
 
 def _einsum_attention(Q, K, V, mask=None):
-    scores = torch.einsum("...qd,...kd->...qk", Q, K) / Q.shape[-1] ** 0.5
+    q, k, v = (t.float() if t.dtype in (torch.float16, torch.bfloat16) else t for t in (Q, K, V))
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / Q.shape[-1] ** 0.5
     if mask is not None:
         scores = torch.where(mask, scores, float("-inf"))
-    return torch.einsum("...qk,...kd->...qd", attention.softmax(scores, -1), V)
+    return torch.einsum("...qk,...kd->...qd", attention.softmax(scores, -1), v).to(Q.dtype)
 
 
 register("einsum", "einsum for linear layers and attention", correct=True,
@@ -942,7 +1033,8 @@ register("einsum", "einsum for linear layers and attention", correct=True,
 # A blind student's softmax: exact, but float32 gradients under sharp scores drift by 2e-5 of
 # the largest one (harness/student_run/checks.gradient_atol), which once failed it.
 register("logsumexp_softmax", "softmax as exp(x - logsumexp(x))", correct=True,
-         attention__softmax=lambda x, dim: (x - x.logsumexp(dim=dim, keepdim=True)).exp())
+         attention__softmax=lambda x, dim: (x.float() - x.float().logsumexp(dim=dim, keepdim=True)).exp().to(x.dtype)
+         if x.dtype in (torch.float16, torch.bfloat16) else (x - x.logsumexp(dim=dim, keepdim=True)).exp())
 
 
 # ---- float64 internally
@@ -1064,12 +1156,16 @@ class _TorchLinear(nn.Linear):
         std = math.sqrt(2.0 / (in_features + out_features))
         nn.init.trunc_normal_(self.weight, std=std, a=-3 * std, b=3 * std)
 
+    def forward(self, x):  # a 16-bit weight meets the model's float32 x: cast it
+        return F.linear(x, self.weight.to(x.dtype))
+
 
 class _FusedQKV(attention.MultiHeadSelfAttention):
     def forward(self, x, token_positions=None):
+        dtype, x = x.dtype, x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         *lead, seq, d = x.shape
         h = self.num_heads
-        fused = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+        fused = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]).to(x.dtype)
         q, k, v = F.linear(x, fused).view(*lead, seq, 3, h, d // h).unbind(-3)
         q, k, v = (t.transpose(-2, -3) for t in (q, k, v))
         if self.rope is not None:
@@ -1077,7 +1173,7 @@ class _FusedQKV(attention.MultiHeadSelfAttention):
             q, k = self.rope(q, positions.unsqueeze(-2)), self.rope(k, positions.unsqueeze(-2))
         causal = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
-        return self.output_proj(out.transpose(-2, -3).reshape(*lead, seq, d))
+        return self.output_proj(out.transpose(-2, -3).reshape(*lead, seq, d)).to(dtype)
 
 
 class _TorchEmbedding(nn.Embedding):
@@ -1106,8 +1202,8 @@ class _RotationRoPE(nn.Module):
         self.register_buffer("rotations", rotations.float(), persistent=False)
 
     def forward(self, x, token_positions):
-        pairs = x.unflatten(-1, (-1, 2)).unsqueeze(-1)  # [..., seq, d_k/2, 2, 1]
-        return (self.rotations[token_positions] @ pairs).squeeze(-1).flatten(-2)
+        pairs = x.to(self.rotations.dtype).unflatten(-1, (-1, 2)).unsqueeze(-1)  # [..., seq, d_k/2, 2, 1]
+        return (self.rotations[token_positions] @ pairs).squeeze(-1).flatten(-2).to(x.dtype)
 
 
 register("rope_rotation_matrices", "RoPE as a table of 2x2 rotation matrices", correct=True,
@@ -1129,19 +1225,22 @@ class _NNLinearMLP(gpt2.GPT2MLP):
         nn.init.zeros_(self.c_fc.bias), nn.init.zeros_(self.c_proj.bias)  # as nanoGPT's _init_weights
 
     def forward(self, x):
-        return self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate))
+        wide = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        linear = lambda layer, t: F.linear(t, layer.weight.to(t.dtype), layer.bias.to(t.dtype))
+        return linear(self.c_proj, F.gelu(linear(self.c_fc, wide), approximate=self.approximate)).to(x.dtype)
 
 
 class _SdpaGQA(gpt2.GroupedQueryAttention):
     def forward(self, x, token_positions=None):
+        dtype, x = x.dtype, x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         *lead, seq, d = x.shape
         q = self.q_proj(x).view(*lead, seq, self.num_heads, -1).transpose(-2, -3)
         k, v = (p(x).view(*lead, seq, self.num_kv_heads, -1).transpose(-2, -3) for p in (self.k_proj, self.v_proj))
         if self.rope is not None:
             positions = torch.arange(seq, device=x.device) if token_positions is None else token_positions
             q, k = self.rope(q, positions.unsqueeze(-2)), self.rope(k, positions.unsqueeze(-2))
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        return self.output_proj(out.transpose(-2, -3).reshape(*lead, seq, d))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # fused: on float32 only
+        return self.output_proj(out.transpose(-2, -3).reshape(*lead, seq, d)).to(dtype)
 
 
 def _expand_reshape(t, group):
@@ -1166,10 +1265,11 @@ class _TiedHeadModuleLM(gpt2.GPT2LM):
 
     def forward(self, in_indices):
         positions = torch.arange(in_indices.shape[-1], device=in_indices.device)
-        x = self.token_embeddings(in_indices) + self.position_embeddings(positions)
+        x = self.token_embeddings(in_indices).float() + self.position_embeddings(positions).float()  # float32 on
         for layer in self.layers:
             x = layer(x)
-        return self.lm_head(self.ln_final(x))
+        head = self.lm_head.weight
+        return F.linear(self.ln_final(x), head.to(x.dtype)).to(head.dtype)
 
 
 register("tied_head_module", "a tied lm_head module sharing token_embeddings.weight (nanoGPT's style)",
