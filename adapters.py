@@ -818,6 +818,51 @@ def run_gpt2_accounting(
                                            batch_size=batch_size, kv_cache_dtype=kv_cache_dtype)
 
 
+def run_training_accounting(
+    vocab_size: int,
+    context_length: int,
+    d_model: int,
+    num_layers: int,
+    num_heads: int,
+    d_ff: int,
+    batch_size: int = 1,
+    param_dtype: str = "float32",
+    optimizer_dtype: str = "float32",
+) -> dict[str, int]:
+    """Memory and FLOPs of one AdamW training step of the transformer LM above, on batch_size
+    sequences of context_length tokens, counted from run_transformer_accounting's counts.
+
+    Memory (bytes). Every parameter is trained, the token embeddings too: an LLM's
+    embeddings are trained jointly with everything else from the very start, with no
+    separate embedding-training phase. So each of the params.total parameters holds:
+        its value, in param_dtype;
+        its gradient, in param_dtype (the same shape and dtype as the parameter);
+        AdamW's two moments, m (the mean of the gradients) and v (the mean of their
+        squares), each in optimizer_dtype.
+    float32 takes 4 bytes a value, float16 and bfloat16 2. With everything in float32 that is
+    16 bytes a parameter: 4 + 4 + 2 x 4. Not counted: activations kept for the backward
+    pass (they grow with batch_size x context_length and depend on what autograd saves),
+    a float32 master copy of 16-bit parameters, the data, and temporary buffers.
+
+    FLOPs (matmul FLOPs, 2*m*n*p, as run_transformer_accounting counts them). flops.forward
+    is batch_size x that function's flops.total. The backward pass costs twice the
+    forward: each matmul of the forward has two in the backward, one for the gradient of
+    its input and one for the gradient of its weight. So one step costs 3 x the forward,
+    which is about 6 x (parameters in matmuls) x tokens, plus attention's T^2 terms
+    (Q K^T and A V, 3 x 4 x L x T^2 x d per sequence), which that rule of thumb leaves out.
+    The optimizer's own update (a few FLOPs per parameter) is not counted.
+
+    Returns exactly these keys, all ints:
+        memory.parameters, memory.gradients, memory.adamw_moments (m and v together),
+        memory.total (the three added);
+        tokens (batch_size x context_length);
+        flops.forward, flops.backward, flops.total (forward + backward).
+    """
+    return impl.accounting.training_accounting(vocab_size, context_length, d_model, num_layers, num_heads, d_ff,
+                                               batch_size=batch_size, param_dtype=param_dtype,
+                                               optimizer_dtype=optimizer_dtype)
+
+
 def get_transformer_lm(
     vocab_size: int,
     context_length: int,

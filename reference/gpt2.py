@@ -9,7 +9,12 @@ from torch import nn
 
 # Referenced through their modules, so a variant that swaps one piece reaches every caller.
 from reference import attention, embeddings, rope
-from reference.precision import widen  # a name of this module, so a variant can swap it here alone
+
+
+def widen(x: torch.Tensor) -> torch.Tensor:
+    """x in at least float32: a 16-bit x is upcast, float32 and float64 are kept (the build widens
+    float32 cases to float64). This module's own, so a variant can make this module alone 16-bit."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
 class LayerNorm(nn.Module):

@@ -8,7 +8,12 @@ from torch import nn
 # Modules are referenced through their module, so a selftest variant that swaps one
 # piece (reference/variants.py) reaches every model built from it.
 from reference import attention, embeddings
-from reference.precision import widen  # a name of this module, so a variant can swap it here alone
+
+
+def widen(x: torch.Tensor) -> torch.Tensor:
+    """x in at least float32: a 16-bit x is upcast, float32 and float64 are kept (the build widens
+    float32 cases to float64). This module's own, so a variant can make this module alone 16-bit."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
 class RMSNorm(nn.Module):

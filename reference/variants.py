@@ -22,7 +22,6 @@ from torch import nn
 
 import reference.adapters as ref
 from reference import accounting, attention, embeddings as emb, gpt2, model, rope
-from reference.precision import widen
 
 
 @dataclass
@@ -129,6 +128,10 @@ def __getattr__(name: str) -> Variant:
 def _set(base: type, **knobs) -> type:
     """A subclass of one of the knob classes below with some knobs turned."""
     return type(base.__name__.lstrip("_"), (base,), knobs)
+
+
+def widen(x):  # the reference's upcast, never patched: knob classes compute as the reference does
+    return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
 def _float32_inside(forward):
@@ -671,6 +674,48 @@ register("position_params_with_rope", "learned position parameters counted for a
          hint="position parameters counted for a RoPE model, which has none", mistake=46,
          accounting__transformer_accounting=_accounting(
              lambda c, V, T, d, L: c.update({"params.token_embeddings": c["params.token_embeddings"] + T * d})))
+
+_reference_training = accounting.training_accounting
+
+
+def _training(adjust):
+    """The reference's training counts with one part changed by `adjust(counts, args)`, totals re-added."""
+    def counts(*args, **kwargs):
+        c = _reference_training(*args, **kwargs)
+        forward = accounting.transformer_accounting(*args[:6])
+        adjust(c, dict(zip(("vocab_size", "context_length", "d_model", "num_layers", "num_heads", "d_ff"), args),
+                       batch_size=kwargs.get("batch_size", 1), param_dtype=kwargs.get("param_dtype", "float32"),
+                       optimizer_dtype=kwargs.get("optimizer_dtype", "float32"), forward=forward))
+        c["memory.total"] = c["memory.parameters"] + c["memory.gradients"] + c["memory.adamw_moments"]
+        c["flops.total"] = c["flops.forward"] + c["flops.backward"]
+        return c
+    return counts
+
+
+register("adamw_one_moment", "AdamW's memory counts one moment",
+         hint="AdamW's memory with one moment; it keeps two per parameter, m and v",
+         accounting__training_accounting=_training(lambda c, a: c.update(
+             {"memory.adamw_moments": c["memory.adamw_moments"] // 2})))
+register("training_memory_without_gradients", "training memory without the gradients",
+         hint="training memory without the gradients: every parameter has one, in param_dtype",
+         accounting__training_accounting=_training(lambda c, a: c.update({"memory.gradients": 0})))
+register("moments_in_param_dtype", "AdamW's moments counted in param_dtype",
+         hint="AdamW's moments counted in param_dtype; they take optimizer_dtype's bytes",
+         accounting__training_accounting=_training(lambda c, a: c.update(
+             {"memory.adamw_moments": 2 * c["memory.parameters"]})))
+register("backward_as_one_forward", "the backward pass counted as one forward",
+         hint="a backward pass counted as one forward; it costs two (the gradients of each matmul's input and weight)",
+         accounting__training_accounting=_training(lambda c, a: c.update({"flops.backward": c["flops.forward"]})))
+register("training_flops_one_sequence", "training FLOPs for one sequence, whatever batch_size is",
+         hint="training FLOPs for one sequence; a step runs batch_size of them",
+         accounting__training_accounting=_training(lambda c, a: c.update(
+             {"flops.forward": a["forward"]["flops.total"], "flops.backward": 2 * a["forward"]["flops.total"]})))
+register("training_flops_6nd", "training FLOPs as 6 x parameters x tokens",
+         hint=("training FLOPs as 6 x params.total x tokens: that counts the token embeddings as a matmul and "
+               "leaves out attention's T^2 terms; use 3 x the forward FLOPs"),
+         accounting__training_accounting=_training(lambda c, a: c.update(
+             {"flops.forward": 2 * a["forward"]["params.total"] * c["tokens"],
+              "flops.backward": 4 * a["forward"]["params.total"] * c["tokens"]})))
 
 def _softmax_global_max(x, dim):
     e = (x - x.max()).exp()

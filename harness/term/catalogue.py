@@ -771,6 +771,23 @@ ACCOUNTING = [
     case("run_gpt2_accounting", "hidden-xl", "", hidden=True,
          vocab_size=50257, context_length=1024, d_model=1600, num_layers=48, num_heads=25, d_ff=6400,
          batch_size=3, kv_cache_dtype="bfloat16"),
+    case("run_training_accounting", "gpt2-small-fp32", "GPT-2 small shape, 8 sequences, everything in float32 "
+         "(16 bytes a parameter)", vocab_size=50257, context_length=1024, d_model=768, num_layers=12, num_heads=12,
+         d_ff=3072, batch_size=8, param_dtype="float32", optimizer_dtype="float32"),
+    case("run_training_accounting", "gpt2-xl-bf16", "GPT-2 XL shape, 4 sequences, bfloat16 parameters and gradients, "
+         "float32 moments", vocab_size=50257, context_length=1024, d_model=1600, num_layers=48, num_heads=25,
+         d_ff=6400, batch_size=4, param_dtype="bfloat16", optimizer_dtype="float32"),
+    case("run_training_accounting", "tinystories-bf16-moments", "TinyStories shape, 32 sequences, float32 parameters, "
+         "bfloat16 moments", vocab_size=10000, context_length=256, d_model=512, num_layers=4, num_heads=16,
+         d_ff=1344, batch_size=32, param_dtype="float32", optimizer_dtype="bfloat16"),
+    case("run_training_accounting", "fixture-lm", "the config of the run_transformer_lm fixtures, one sequence, "
+         "the default dtypes", vocab_size=40, context_length=12, d_model=24, num_layers=2, num_heads=4, d_ff=36),
+    case("run_training_accounting", "hidden-xl-like", "", hidden=True,
+         vocab_size=50304, context_length=2048, d_model=1280, num_layers=36, num_heads=20, d_ff=5120,
+         batch_size=16, param_dtype="float16", optimizer_dtype="float32"),
+    case("run_training_accounting", "hidden-small-like", "", hidden=True,
+         vocab_size=32000, context_length=512, d_model=640, num_layers=8, num_heads=10, d_ff=2560,
+         batch_size=12, param_dtype="float32", optimizer_dtype="float32"),
 ]
 
 # Train it: the loss, clipping, batches, checkpoints.
