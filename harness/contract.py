@@ -1236,7 +1236,7 @@ STUDENT_MODULES = {
     "gpt2": "From GPT-2 to modern models: LayerNorm, GELU, the GPT-2 MLP, grouped-query attention,\n"
             "the GPT-2 block and LM.\n\n"
             "Parameter names are part of the contract (see run_gpt2_lm in adapters.py).",
-    "accounting": "Accounting: parameter and FLOP counts.",
+    "accounting": "Accounting: parameter, FLOP and KV-cache counts, and the memory and FLOPs of a training step.",
 }
 
 

@@ -217,6 +217,9 @@ def _mutating(weights, token_ids):
 register("one_hot_matmul", "embedding as a one-hot matmul",
          hint="a one-hot [..., vocab_size] matmul instead of indexing the table", named_by="one-hot", mistake=1,
          embeddings__embedding_lookup=lambda w, ids: F.one_hot(ids, w.shape[0]).to(w.dtype) @ w)
+register("lookup_returns_float32", "the lookup returns float32 rows whatever the table's dtype",
+         named_by="return the dtype the contract states",
+         embeddings__embedding_lookup=lambda weights, token_ids: _lookup(weights, token_ids).float())
 register("hard_coded_2d_ids", "B, T = ids.shape: only 2-D ids work", named_by="fixed number of dimensions",
          hint="code that assumes 2-D ids (B, T = ids.shape); ids may have any rank", mistake=2,
          embeddings__embedding_lookup=_two_d)
@@ -756,7 +759,7 @@ register("mutates_input", "the lookup writes into its weights", named_by="in pla
 # ================================================================ found in independently written solutions
 
 class _Linear(attention.Linear):
-    transpose, variance_as_std = True, False
+    transpose, variance_as_std, cast_back = True, False, True
 
     def __init__(self, in_features, out_features, device=None, dtype=None):
         super().__init__(in_features, out_features, device=device, dtype=dtype)
@@ -765,7 +768,10 @@ class _Linear(attention.Linear):
             nn.init.trunc_normal_(self.weight, std=std, a=-3 * std, b=3 * std)
 
     def forward(self, x):
-        return x @ (self.weight.T if self.transpose else self.weight)
+        wide = widen(x)  # as the reference: float32 inside
+        w = self.weight.to(wide.dtype)
+        out = wide @ (w.T if self.transpose else w)
+        return out.to(x.dtype) if self.cast_back else out
 
 
 class _RandomGainRMSNorm(model.RMSNorm):
@@ -849,6 +855,8 @@ register("linear_left_uninitialised", "Linear weights left as torch.empty, never
 register("linear_without_transpose", "Linear computes x @ W without the transpose",
          hint="a linear layer computing x @ W without the transpose; W is [d_out, d_in], so y = x @ W.T",
          named_by="without its transpose", attention__Linear=_set(_Linear, transpose=False))
+register("linear_returns_float32", "Linear upcasts a 16-bit x to float32 and returns float32",
+         named_by="return the dtype the contract states", attention__Linear=_set(_Linear, cast_back=False))
 
 # ================================================================ from GPT-2 to modern models
 
@@ -1296,6 +1304,15 @@ def _expand_reshape(t, group):
 register("torch_gpt2_pieces", "F.layer_norm, nn.Linear + F.gelu MLP, SDPA(enable_gqa=True)", correct=True,
          gpt2__LayerNorm=_TorchLayerNorm, gpt2__GPT2MLP=_NNLinearMLP, gpt2__GroupedQueryAttention=_SdpaGQA,
          gpt2__gelu=lambda x, approximate="none": F.gelu(x, approximate=approximate))
+class _TorchLayerNorm16(gpt2.LayerNorm):
+    def forward(self, x):  # no upcast of its own: on 16-bit tensors torch computes in float32 and rounds once
+        w, b = (p.to(x.dtype) if p.dtype.itemsize < x.dtype.itemsize else p for p in (self.weight, self.bias))
+        return F.layer_norm(x, x.shape[-1:], w, b, self.eps)  # a narrower weight raises: cast it up to x's
+
+
+register("torch_ops_on_16_bit_inputs", "F.layer_norm, F.gelu, torch.softmax and F.silu called on 16-bit tensors as they are",
+         correct=True, gpt2__LayerNorm=_TorchLayerNorm16, attention__softmax=lambda x, dim: torch.softmax(x, dim=dim),
+         attention__silu=F.silu, gpt2__gelu=lambda x, approximate="none": F.gelu(x, approximate=approximate))
 register("gqa_expand_reshape", "kv heads expanded by a broadcast view and reshape", correct=True,
          gpt2__expand_kv=_expand_reshape)
 

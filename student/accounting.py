@@ -1,4 +1,4 @@
-"""Accounting: parameter and FLOP counts.
+"""Accounting: parameter, FLOP and KV-cache counts, and the memory and FLOPs of a training step.
 
 adapters.py calls the code below; the docstring of the adapter named in each
 stub is its specification (shapes, layout and error rules).
