@@ -1145,8 +1145,8 @@ def run_training_accounting(
     separate embedding-training phase. So each of the params.total parameters holds:
         its value, in param_dtype;
         its gradient, in param_dtype (the same shape and dtype as the parameter);
-        AdamW's two moments, m (the mean of the gradients) and v (the mean of their
-        squares), each in optimizer_dtype.
+        AdamW's two moments, m and v (running averages of the gradient and of its
+        square), each in optimizer_dtype.
     float32 takes 4 bytes a value, float16 and bfloat16 2. With everything in float32 that is
     16 bytes a parameter: 4 + 4 + 2 x 4. Not counted: activations kept for the backward
     pass (they grow with batch_size x context_length and depend on what autograd saves),
@@ -1156,7 +1156,8 @@ def run_training_accounting(
     is batch_size x that function's flops.total. The backward pass costs twice the
     forward: each matmul of the forward has two in the backward, one for the gradient of
     its input and one for the gradient of its weight. So one step costs 3 x the forward,
-    which is about 6 x (parameters in matmuls) x tokens, plus attention's T^2 terms
+    which is about 6 x (parameters in matmuls: all but the token embeddings, a lookup,
+    and the norms) x tokens, plus attention's T^2 terms
     (Q K^T and A V, 3 x 4 x L x T^2 x d per sequence), which that rule of thumb leaves out.
     The optimizer's own update (a few FLOPs per parameter) is not counted.
 
