@@ -209,6 +209,9 @@ def run_embedding(
     shaped [2, 5] with V=1000, D=32 give an output shaped [2, 5, 32] from a table
     of 32,000 parameters. Repeated ids select identical rows.
 
+
+    A float16/bfloat16 table gives rows of its dtype, bit-exact.
+
     Args:
         vocab_size: V, the number of rows in the table.
         d_model: D, the width of each embedding vector.
@@ -242,6 +245,9 @@ def run_learned_positions(
     A learned position table has one trainable row per position 0 .. context_length-1,
     trained jointly with everything else (GPT-2's approach). Positions are absolute
     and 0-based, and they need not be 0..seq-1: offsets and gaps are valid.
+
+
+    A float16/bfloat16 table gives rows of its dtype, bit-exact.
 
     Args:
         context_length: the number of rows, i.e. the longest sequence the table covers.
@@ -315,6 +321,10 @@ def run_embed_with_positions(
     Repeated ids select identical token vectors; adding position vectors makes
     them differ. For ids [2, 0, 2], rows 0 and 2 of E[ids] are equal, and rows 0
     and 2 of the output are not: that is the information attention alone lacks.
+
+
+    float16/bfloat16 tables: the sum in token_weights' dtype, rounded once (bit-exact,
+    as the sum of two 16-bit values rounds once in float32 too).
 
     Args:
         vocab_size, context_length, d_model: table sizes.
@@ -488,6 +498,11 @@ def run_linear(
 ) -> Float[Tensor, "... d_out"]:
     """A bias-free linear layer: y = x @ W.T, with W stored as [d_out, d_in].
 
+
+    float16/bfloat16 input: compute in float32 and return the input's dtype (the float32
+    result rounded once: within 1 ulp). A plain x @ W.T in 16 bits does that: torch
+    accumulates the products in float32.
+
     Args:
         d_in, d_out: input and output widths.
         weights: W, shaped [d_out, d_in] (the layout of torch.nn.Linear.weight).
@@ -513,6 +528,9 @@ def run_softmax(in_features: Float[Tensor, "..."], dim: int) -> Float[Tensor, ".
 
     Returns:
         a tensor shaped like in_features whose slices along `dim` sum to 1.
+
+    float16/bfloat16 input: compute in float32 and return the input's dtype (the float32
+    result rounded once: within 1 ulp).
     """
 
 
@@ -520,7 +538,11 @@ def run_softmax(in_features: Float[Tensor, "..."], dim: int) -> Float[Tensor, ".
          points=1, tolerance=(1e-6, 1e-5),
          stub="def silu(x: torch.Tensor) -> torch.Tensor:")
 def run_silu(in_features: Float[Tensor, "..."]) -> Float[Tensor, "..."]:
-    """SiLU (swish): x * sigmoid(x), elementwise, same shape."""
+    """SiLU (swish): x * sigmoid(x), elementwise, same shape.
+
+    float16/bfloat16 input: compute in float32 and return the input's dtype (the float32
+    result rounded once: within 1 ulp).
+    """
 
 
 @adapter("2.2", "attention", "return impl.attention.scaled_dot_product_attention(Q, K, V, mask)",
@@ -537,6 +559,12 @@ def run_scaled_dot_product_attention(
     The softmax runs over the keys axis (the last axis of the scores [..., queries,
     keys]). The scale uses d_k, the width of Q and K, which may differ from d_v, and
     queries may differ from keys.
+
+
+    float16/bfloat16 input: compute in float32 and return the input's dtype (the float32
+    result rounded once: within 1 ulp). The scores and the softmax in float32 too:
+    torch's fused scaled_dot_product_attention may round the probabilities to 16 bits,
+    so call it on float32 tensors.
 
     Args:
         Q: [..., queries, d_k]; K: [..., keys, d_k]; V: [..., keys, d_v].
@@ -615,6 +643,12 @@ def run_multihead_self_attention(
     Query i attends to keys 0..i only (causal; the diagonal is visible). The heads
     are concatenated back in the same order and projected by W_o.
 
+
+    float16/bfloat16 input and weights: compute in float32 throughout (upcast x once,
+    and each weight where it is used, e.g. F.linear(x, w.to(x.dtype))), and round once
+    at the end to the input's dtype: results rounded to 16 bits between layers are off
+    by more than 1 ulp.
+
     Args:
         d_model, num_heads: sizes; d_model is divisible by num_heads.
         q_proj_weight, k_proj_weight, v_proj_weight, o_proj_weight: [d_model, d_model].
@@ -651,6 +685,10 @@ def run_rope(
         (x_2k, x_2k+1) -> (x_2k cos a - x_2k+1 sin a,  x_2k sin a + x_2k+1 cos a)
 
     This is not GPT-NeoX / Hugging Face rotate_half, which pairs i with i + d_k/2.
+
+
+    float16/bfloat16 input: compute in float32 and return the input's dtype (the float32
+    result rounded once: within 1 ulp).
 
     Args:
         d_k: width of the vectors (even).
@@ -694,6 +732,12 @@ def run_multihead_self_attention_with_rope(
     As run_multihead_self_attention, plus: after the head split, Q and K of every
     head are rotated by RoPE with d_k = d_model / num_heads (the same rotation for
     each head). V is never rotated. RoPE is not applied over d_model before the split.
+
+
+    float16/bfloat16 input and weights: compute in float32 throughout (upcast x once,
+    and each weight where it is used, e.g. F.linear(x, w.to(x.dtype))), and round once
+    at the end to the input's dtype: results rounded to 16 bits between layers are off
+    by more than 1 ulp.
 
     Args:
         token_positions: int64 [..., seq]; None means 0 .. seq-1. Positions may be
@@ -760,6 +804,11 @@ def run_swiglu(
     W1 and W3 are [d_ff, d_model] and W2 is [d_model, d_ff] (nn.Linear layout:
     [out, in]). W1 goes through SiLU, W3 is the linear gate. d_ff is given; never
     derive it from d_model.
+
+    float16/bfloat16 input and weights: compute in float32 throughout (upcast x once,
+    and each weight where it is used, e.g. F.linear(x, w.to(x.dtype))), and round once
+    at the end to the input's dtype: results rounded to 16 bits between layers are off
+    by more than 1 ulp.
     """
 
 
@@ -788,6 +837,12 @@ def run_transformer_block(
         y = z + FFN(RMSNorm2(z))
 
     The residual adds the raw input, not the normalised one. RMSNorm eps is 1e-5.
+
+
+    float16/bfloat16 input and weights: compute in float32 throughout (upcast x once,
+    and each weight where it is used, e.g. F.linear(x, w.to(x.dtype))), and round once
+    at the end to the input's dtype: results rounded to 16 bits between layers are off
+    by more than 1 ulp.
 
     Args:
         weights: the keys of one layer, without a `layers.{i}.` prefix:
@@ -829,6 +884,11 @@ def run_transformer_lm(
     softmax at the end. lm_head is a separate matrix (untied). seq may be shorter
     than context_length.
 
+
+    float16/bfloat16 weights: compute in float32 throughout (upcast the embeddings once,
+    and each weight where it is used), and return logits in the weights' dtype, rounded
+    once: results rounded to 16 bits between layers are off by more than 1 ulp.
+
     Args:
         weights: token_embeddings.weight [vocab_size, d_model];
             layers.{i}.attn.{q_proj,k_proj,v_proj,output_proj}.weight;
@@ -868,8 +928,9 @@ def run_layernorm(
     variance, mean((x - mean)^2), as torch.nn.LayerNorm uses: torch.var's default
     (unbiased, divided by d_model - 1) is wrong here. eps goes inside the square
     root and is the `eps` argument. Unlike RMSNorm, the mean is subtracted and
-    there is a bias. Compute in float32 (upcast float16/bfloat16 inputs) and
-    return the input's dtype.
+    there is a bias. Compute in float32 (upcast float16/bfloat16 inputs), the
+    affine included (weight and bias applied in 16 bits are off by more than 1
+    ulp), and round once to the input's dtype.
 
     Args:
         weight, bias: the gain and bias, [d_model].
@@ -897,6 +958,9 @@ def run_gelu(
     The two differ by up to about 1e-3, so use the form asked for. Any other
     value of approximate raises ValueError. (torch.nn.functional.gelu raises
     RuntimeError for it: code that calls F.gelu checks the value itself first.)
+
+    float16/bfloat16 input: compute in float32 and return the input's dtype (the float32
+    result rounded once: within 1 ulp).
     """
 
 
@@ -928,6 +992,11 @@ def run_gpt2_mlp(
     Weights use the nn.Linear layout [out, in]. GELU is run_gelu with the given
     `approximate` (GPT-2 itself used "tanh"). d_ff is given (GPT-2 uses 4 d_model);
     never derive it from d_model. Compare SwiGLU: no gate, one matrix fewer, biases.
+
+    float16/bfloat16 input and weights: compute in float32 throughout (upcast x once,
+    and each weight where it is used, e.g. F.linear(x, w.to(x.dtype))), and round once
+    at the end to the input's dtype: results rounded to 16 bits between layers are off
+    by more than 1 ulp.
     """
 
 
@@ -978,6 +1047,12 @@ def run_grouped_query_attention(
     run_multihead_self_attention_with_rope; None means 0 .. seq-1. With theta None
     there are no positions (max_seq_len and token_positions are unused).
 
+
+    float16/bfloat16 input and weights: compute in float32 throughout (upcast x once,
+    and each weight where it is used, e.g. F.linear(x, w.to(x.dtype))), and round once
+    at the end to the input's dtype: results rounded to 16 bits between layers are off
+    by more than 1 ulp.
+
     Args:
         q_proj_weight, o_proj_weight: [d_model, d_model].
         k_proj_weight, v_proj_weight: [num_kv_heads * d_k, d_model].
@@ -1015,6 +1090,12 @@ def run_gpt2_block(
     projections all have biases; MLP is run_gpt2_mlp with exact GELU; both
     LayerNorms use `eps`. Positions are not rotated: GPT-2 adds learned absolute
     positions to the input once, before the first block.
+
+
+    float16/bfloat16 input and weights: compute in float32 throughout (upcast x once,
+    and each weight where it is used, e.g. F.linear(x, w.to(x.dtype))), and round once
+    at the end to the input's dtype: results rounded to 16 bits between layers are off
+    by more than 1 ulp.
 
     Args:
         weights: the keys of one layer, without a `layers.{i}.` prefix:
@@ -1058,6 +1139,11 @@ def run_gpt2_lm(
     matrix: there is no separate lm_head parameter (nanoGPT's
     `wte.weight = lm_head.weight`; define token_embeddings before any lm_head so
     the shared parameter is named token_embeddings.weight).
+
+
+    float16/bfloat16 weights: compute in float32 throughout (upcast the embeddings once,
+    and each weight where it is used), and return logits in the weights' dtype, rounded
+    once: results rounded to 16 bits between layers are off by more than 1 ulp.
 
     Args:
         weights: token_embeddings.weight [vocab_size, d_model];
@@ -1197,6 +1283,57 @@ def run_gpt2_accounting(
         flops.attention_projections, flops.attention_scores, flops.attention_values,
         flops.mlp, flops.lm_head, flops.total;
         kv_cache.bytes_per_token, kv_cache.bytes (as run_transformer_accounting).
+    """
+
+
+@adapter("accounting", "accounting", """
+    return impl.accounting.training_accounting(vocab_size, context_length, d_model, num_layers, num_heads, d_ff,
+                                               batch_size=batch_size, param_dtype=param_dtype,
+                                               optimizer_dtype=optimizer_dtype)
+""", points=3, tolerance=EXACT, stub='''
+    def training_accounting(vocab_size, context_length, d_model, num_layers, num_heads, d_ff,
+                            batch_size=1, param_dtype="float32", optimizer_dtype="float32") -> dict[str, int]:
+''')
+def run_training_accounting(
+    vocab_size: int,
+    context_length: int,
+    d_model: int,
+    num_layers: int,
+    num_heads: int,
+    d_ff: int,
+    batch_size: int = 1,
+    param_dtype: str = "float32",
+    optimizer_dtype: str = "float32",
+) -> dict[str, int]:
+    """Memory and FLOPs of one AdamW training step of the transformer LM above, on batch_size
+    sequences of context_length tokens, counted from run_transformer_accounting's counts.
+
+    Memory (bytes). Every parameter is trained, the token embeddings too: an LLM's
+    embeddings are trained jointly with everything else from the very start, with no
+    separate embedding-training phase. So each of the params.total parameters holds:
+        its value, in param_dtype;
+        its gradient, in param_dtype (the same shape and dtype as the parameter);
+        AdamW's two moments, m and v (running averages of the gradient and of its
+        square), each in optimizer_dtype.
+    float32 takes 4 bytes a value, float16 and bfloat16 2. With everything in float32 that is
+    16 bytes a parameter: 4 + 4 + 2 x 4. Not counted: activations kept for the backward
+    pass (they grow with batch_size x context_length and depend on what autograd saves),
+    a float32 master copy of 16-bit parameters, the data, and temporary buffers.
+
+    FLOPs (matmul FLOPs, 2*m*n*p, as run_transformer_accounting counts them). flops.forward
+    is batch_size x that function's flops.total. The backward pass costs twice the
+    forward: each matmul of the forward has two in the backward, one for the gradient of
+    its input and one for the gradient of its weight. So one step costs 3 x the forward,
+    which is about 6 x (parameters in matmuls: all but the token embeddings, a lookup,
+    and the norms) x tokens, plus attention's T^2 terms
+    (Q K^T and A V, 3 x 4 x L x T^2 x d per sequence), which that rule of thumb leaves out.
+    The optimizer's own update (a few FLOPs per parameter) is not counted.
+
+    Returns exactly these keys, all ints:
+        memory.parameters, memory.gradients, memory.adamw_moments (m and v together),
+        memory.total (the three added);
+        tokens (batch_size x context_length);
+        flops.forward, flops.backward, flops.total (forward + backward).
     """
 
 
@@ -1741,7 +1878,7 @@ STUDENT_MODULES = {
     "gpt2": "From GPT-2 to modern models: LayerNorm, GELU, the GPT-2 MLP, grouped-query attention,\n"
             "the GPT-2 block and LM.\n\n"
             "Parameter names are part of the contract (see run_gpt2_lm in adapters.py).",
-    "accounting": "Accounting: parameter and FLOP counts.",
+    "accounting": "Accounting: parameter, FLOP and KV-cache counts, and the memory and FLOPs of a training step.",
     "optimizer": "Train it: AdamW and the cosine learning-rate schedule.",
     "training": "Train it: the cross-entropy loss, gradient clipping, training batches and checkpoints.",
 }

@@ -51,3 +51,19 @@ def gpt2_accounting(vocab_size, context_length, d_model, num_layers, num_heads, 
     }
     return {**params, "params.total": sum(params.values()), **flops, "flops.total": sum(flops.values()),
             **_kv_cache(L, d, T, batch_size, kv_cache_dtype)}
+
+
+def training_accounting(vocab_size, context_length, d_model, num_layers, num_heads, d_ff,
+                        batch_size=1, param_dtype="float32", optimizer_dtype="float32") -> dict[str, int]:
+    # The forward counts are transformer_accounting's (looked up through the module, so a variant of it
+    # reaches these too): backward costs twice the forward, one matmul for the input gradient, one for
+    # the weight gradient.
+    counts = transformer_accounting(vocab_size, context_length, d_model, num_layers, num_heads, d_ff)
+    params, forward = counts["params.total"], batch_size * counts["flops.total"]
+    memory = {
+        "memory.parameters": params * KV_BYTES[param_dtype],
+        "memory.gradients": params * KV_BYTES[param_dtype],  # one gradient per parameter, in its dtype
+        "memory.adamw_moments": 2 * params * KV_BYTES[optimizer_dtype],  # m and v
+    }
+    return {**memory, "memory.total": sum(memory.values()), "tokens": batch_size * context_length,
+            "flops.forward": forward, "flops.backward": 2 * forward, "flops.total": 3 * forward}

@@ -9,6 +9,12 @@ from torch import nn
 from reference import rope
 
 
+def widen(x: torch.Tensor) -> torch.Tensor:
+    """x in at least float32: a 16-bit x is upcast, float32 and float64 are kept (the build widens
+    float32 cases to float64). This module's own, so a variant can make this module alone 16-bit."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 class Linear(nn.Module):
     def __init__(self, in_features: int, out_features: int, device=None, dtype=None):
         super().__init__()
@@ -17,24 +23,28 @@ class Linear(nn.Module):
         nn.init.trunc_normal_(self.weight, std=std, a=-3 * std, b=3 * std)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x @ self.weight.T
+        wide = widen(x)  # 16-bit x and weights: computed in float32, rounded once
+        return (wide @ self.weight.to(wide.dtype).T).to(x.dtype)
 
 
 def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
-    shifted = x - x.amax(dim=dim, keepdim=True)
+    wide = widen(x)
+    shifted = wide - wide.amax(dim=dim, keepdim=True)
     e = shifted.exp()
-    return e / e.sum(dim=dim, keepdim=True)
+    return (e / e.sum(dim=dim, keepdim=True)).to(x.dtype)
 
 
 def silu(x: torch.Tensor) -> torch.Tensor:
-    return x * torch.sigmoid(x)
+    wide = widen(x)
+    return (wide * torch.sigmoid(wide)).to(x.dtype)
 
 
 def scaled_dot_product_attention(Q, K, V, mask=None):
-    scores = Q @ K.transpose(-1, -2) / math.sqrt(Q.shape[-1])
+    q, k, v = widen(Q), widen(K), widen(V)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(Q.shape[-1])
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    return softmax(scores, dim=-1) @ V
+    return (softmax(scores, dim=-1) @ v).to(Q.dtype)
 
 
 def attention_with_bias(Q, K, V, bias, mask=None):
@@ -60,9 +70,9 @@ class MultiHeadSelfAttention(nn.Module):
             self.rope = rope.RotaryPositionalEmbedding(theta, d_model // num_heads, max_seq_len, device=device)
 
     def forward(self, x: torch.Tensor, token_positions: torch.Tensor | None = None) -> torch.Tensor:
-        seq = x.shape[-2]
+        seq, wide = x.shape[-2], widen(x)  # float32 throughout, rounded once at the end
         heads = lambda t: rearrange(t, "... s (h d) -> ... h s d", h=self.num_heads)
-        q, k, v = heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x))
+        q, k, v = heads(self.q_proj(wide)), heads(self.k_proj(wide)), heads(self.v_proj(wide))
         if self.rope is not None:
             if token_positions is None:
                 token_positions = torch.arange(seq, device=x.device)
@@ -70,4 +80,4 @@ class MultiHeadSelfAttention(nn.Module):
             q, k = self.rope(q, positions), self.rope(k, positions)
         causal = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
         out = scaled_dot_product_attention(q, k, v, causal)
-        return self.output_proj(rearrange(out, "... h s d -> ... s (h d)"))
+        return self.output_proj(rearrange(out, "... h s d -> ... s (h d)")).to(x.dtype)

@@ -42,7 +42,8 @@ def embed_with_positions(token_weights, position_weights, token_ids):
         pos = sinusoidal_positions(token_weights.shape[1], positions)
     else:
         pos = learned_positions(position_weights, positions)
-    return embedding_lookup(token_weights, token_ids) + pos
+    tokens = embedding_lookup(token_weights, token_ids)  # a 16-bit table: the sum rounded once, in its dtype
+    return (tokens.to(torch.promote_types(tokens.dtype, pos.dtype)) + pos).to(tokens.dtype)
 
 
 class Embedding(nn.Module):

@@ -11,6 +11,12 @@ from torch import nn
 from reference import attention, embeddings, rope
 
 
+def widen(x: torch.Tensor) -> torch.Tensor:
+    """x in at least float32: a 16-bit x is upcast, float32 and float64 are kept (the build widens
+    float32 cases to float64). This module's own, so a variant can make this module alone 16-bit."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 class LayerNorm(nn.Module):
     def __init__(self, d_model: int, eps: float = 1e-5, device=None, dtype=None):
         super().__init__()
@@ -26,10 +32,11 @@ class LayerNorm(nn.Module):
 
 
 def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    wide = widen(x)  # a 16-bit x: computed in float32, rounded once
     if approximate == "none":
-        return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+        return (0.5 * wide * (1 + torch.erf(wide / math.sqrt(2)))).to(x.dtype)
     if approximate == "tanh":
-        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x.pow(3))))
+        return (0.5 * wide * (1 + torch.tanh(math.sqrt(2 / math.pi) * (wide + 0.044715 * wide.pow(3))))).to(x.dtype)
     raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
 
 
@@ -43,8 +50,9 @@ class Linear(nn.Module):
         self.bias = nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = x @ self.weight.T
-        return y if self.bias is None else y + self.bias
+        wide = widen(x)
+        y = wide @ self.weight.to(wide.dtype).T
+        return (y if self.bias is None else y + self.bias.to(wide.dtype)).to(x.dtype)
 
 
 class GPT2MLP(nn.Module):
@@ -55,7 +63,8 @@ class GPT2MLP(nn.Module):
         self.c_proj = Linear(d_ff, d_model, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.c_proj(gelu(self.c_fc(x), self.approximate))
+        wide = widen(x)  # float32 throughout, rounded once at the end
+        return self.c_proj(gelu(self.c_fc(wide), self.approximate)).to(x.dtype)
 
 
 def expand_kv(t: torch.Tensor, group: int) -> torch.Tensor:
@@ -80,9 +89,9 @@ class GroupedQueryAttention(nn.Module):
             self.rope = rope.RotaryPositionalEmbedding(theta, d_model // num_heads, max_seq_len, device=device)
 
     def forward(self, x: torch.Tensor, token_positions: torch.Tensor | None = None) -> torch.Tensor:
-        seq = x.shape[-2]
-        q = rearrange(self.q_proj(x), "... s (h d) -> ... h s d", h=self.num_heads)
-        k, v = (rearrange(p(x), "... s (h d) -> ... h s d", h=self.num_kv_heads) for p in (self.k_proj, self.v_proj))
+        seq, wide = x.shape[-2], widen(x)  # float32 throughout, rounded once at the end
+        q = rearrange(self.q_proj(wide), "... s (h d) -> ... h s d", h=self.num_heads)
+        k, v = (rearrange(p(wide), "... s (h d) -> ... h s d", h=self.num_kv_heads) for p in (self.k_proj, self.v_proj))
         if self.rope is not None:
             if token_positions is None:
                 token_positions = torch.arange(seq, device=x.device)
@@ -92,7 +101,7 @@ class GroupedQueryAttention(nn.Module):
         k, v = expand_kv(k, group), expand_kv(v, group)
         causal = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
         out = attention.scaled_dot_product_attention(q, k, v, causal)
-        return self.output_proj(rearrange(out, "... h s d -> ... s (h d)"))
+        return self.output_proj(rearrange(out, "... h s d -> ... s (h d)")).to(x.dtype)
 
 
 class GPT2Block(nn.Module):
@@ -104,8 +113,9 @@ class GPT2Block(nn.Module):
         self.mlp = GPT2MLP(d_model, d_ff, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = x + self.attn(self.ln1(x))
-        return z + self.mlp(self.ln2(z))
+        wide = widen(x)
+        z = wide + self.attn(self.ln1(wide))
+        return (z + self.mlp(self.ln2(z))).to(x.dtype)
 
 
 class GPT2LM(nn.Module):
@@ -132,7 +142,8 @@ class GPT2LM(nn.Module):
         if seq > context:
             raise ValueError(f"sequence length {seq} exceeds context_length {context}")
         positions = torch.arange(seq, device=in_indices.device)
-        x = self.token_embeddings(in_indices) + self.position_embeddings(positions)
+        table = self.token_embeddings.weight
+        x = widen(self.token_embeddings(in_indices)) + widen(self.position_embeddings(positions))
         for layer in self.layers:
             x = layer(x)
-        return self.ln_final(x) @ self.token_embeddings.weight.T  # the tied LM head
+        return (self.ln_final(x) @ table.to(x.dtype).T).to(table.dtype)  # the tied LM head; 16-bit: rounded once

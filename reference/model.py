@@ -10,6 +10,12 @@ from torch import nn
 from reference import attention, embeddings
 
 
+def widen(x: torch.Tensor) -> torch.Tensor:
+    """x in at least float32: a 16-bit x is upcast, float32 and float64 are kept (the build widens
+    float32 cases to float64). This module's own, so a variant can make this module alone 16-bit."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 class RMSNorm(nn.Module):
     def __init__(self, d_model: int, eps: float = 1e-5, device=None, dtype=None):
         super().__init__()
@@ -31,7 +37,8 @@ class SwiGLU(nn.Module):
         self.w3 = attention.Linear(d_model, d_ff, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(attention.silu(self.w1(x)) * self.w3(x))
+        wide = widen(x)  # float32 throughout, rounded once at the end
+        return self.w2(attention.silu(self.w1(wide)) * self.w3(wide)).to(x.dtype)
 
 
 class TransformerBlock(nn.Module):
@@ -44,8 +51,9 @@ class TransformerBlock(nn.Module):
         self.ffn = SwiGLU(d_model, d_ff, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = x + self.attn(self.ln1(x))
-        return z + self.ffn(self.ln2(z))
+        wide = widen(x)
+        z = wide + self.attn(self.ln1(wide))
+        return (z + self.ffn(self.ln2(z))).to(x.dtype)
 
 
 class TransformerLM(nn.Module):
@@ -72,7 +80,8 @@ class TransformerLM(nn.Module):
                 p.normal_(0.0, 0.02 / math.sqrt(2 * num_layers) if residual else 0.02)
 
     def forward(self, in_indices: torch.Tensor) -> torch.Tensor:
-        x = self.token_embeddings(in_indices)
+        rows = self.token_embeddings(in_indices)
+        x = widen(rows)  # 16-bit weights: float32 throughout, the logits rounded once to their dtype
         for layer in self.layers:
             x = layer(x)
-        return self.lm_head(self.ln_final(x))
+        return self.lm_head(self.ln_final(x)).to(rows.dtype)

@@ -16,6 +16,7 @@ class RotaryPositionalEmbedding(nn.Module):
 
     def forward(self, x: torch.Tensor, token_positions: torch.Tensor) -> torch.Tensor:
         cos, sin = self.cos[token_positions], self.sin[token_positions]
-        even, odd = x[..., 0::2], x[..., 1::2]
+        wide = x.to(torch.promote_types(x.dtype, torch.float32))  # 16-bit x: rotated in float32, rounded once
+        even, odd = wide[..., 0::2], wide[..., 1::2]
         rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
-        return rotated.flatten(-2)
+        return rotated.flatten(-2).to(x.dtype)

@@ -130,6 +130,19 @@ def _set(base: type, **knobs) -> type:
     return type(base.__name__.lstrip("_"), (base,), knobs)
 
 
+def widen(x):  # the reference's upcast, never patched: knob classes compute as the reference does
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def _float32_inside(forward):
+    """A knob class's forward computes as the reference does on 16-bit inputs (float32 inside, rounded
+    once at the end), so each of its mistakes differs from the reference by its knob alone."""
+    @functools.wraps(forward)
+    def wrapped(self, x, *args, **kwargs):
+        return forward(self, widen(x), *args, **kwargs).to(x.dtype)
+    return wrapped
+
+
 # ================================================================ Unit 2.1
 
 def _sinusoidal(d, positions, *, layout="interleaved", exponent="pair", swap=False):
@@ -204,6 +217,9 @@ def _mutating(weights, token_ids):
 register("one_hot_matmul", "embedding as a one-hot matmul",
          hint="a one-hot [..., vocab_size] matmul instead of indexing the table", named_by="one-hot", mistake=1,
          embeddings__embedding_lookup=lambda w, ids: F.one_hot(ids, w.shape[0]).to(w.dtype) @ w)
+register("lookup_returns_float32", "the lookup returns float32 rows whatever the table's dtype",
+         named_by="return the dtype the contract states",
+         embeddings__embedding_lookup=lambda weights, token_ids: _lookup(weights, token_ids).float())
 register("hard_coded_2d_ids", "B, T = ids.shape: only 2-D ids work", named_by="fixed number of dimensions",
          hint="code that assumes 2-D ids (B, T = ids.shape); ids may have any rank", mistake=2,
          embeddings__embedding_lookup=_two_d)
@@ -383,8 +399,13 @@ def _softmax_no_max(x, dim):
 
 
 def _attention(*, scale=True, invert=False, mask_after=False, dim=-1, swap_qk=False, scale_by="d_k",
-               mask_required=False, causal_when_none=False):
+               mask_required=False, causal_when_none=False, in_16_bits=False):
     def sdpa(Q, K, V, mask=None):
+        if not in_16_bits:  # float32 inside, as the reference
+            return sdpa_in(widen(Q), widen(K), widen(V), mask).to(Q.dtype)
+        return sdpa_in(Q, K, V, mask)
+
+    def sdpa_in(Q, K, V, mask=None):
         scores = (K @ Q.transpose(-1, -2)) if swap_qk else (Q @ K.transpose(-1, -2))
         width = V.shape[-1] if scale_by == "d_v" else Q.shape[-1]
         scores = scores / math.sqrt(width) if scale else scores
@@ -410,6 +431,7 @@ class _MHA(attention.MultiHeadSelfAttention):
     positions = "reference"  # or "meet_heads", "ignored", "skipped_when_none", "cpu_default", "unhandled_none",
     # "asserted"
 
+    @_float32_inside
     def forward(self, x, token_positions=None):
         seq, d = x.shape[-2], x.shape[-1]
         h = self.num_heads
@@ -532,6 +554,27 @@ register("torch_sdpa_with_bias", "F.scaled_dot_product_attention with attn_mask 
 register("float64_einsum_with_bias", "biased attention as einsum in float64", correct=True,
          attention__attention_with_bias=_float64_einsum_with_bias)
 
+
+def _softmax_in_input_dtype(x, dim):
+    shifted = x - x.amax(dim=dim, keepdim=True)  # a 16-bit x: every step rounds to 16 bits
+    e = shifted.exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+_IN_16_BITS = ("upcast the 16-bit inputs (and weights) to float32, compute, and round once at the end with "
+               ".to(x.dtype)")
+register("softmax_in_16_bits", "softmax computed in the input's float16/bfloat16",
+         hint=f"a softmax computed in float16/bfloat16 (x - max, exp and the sum each round to 16 bits); {_IN_16_BITS}",
+         attention__softmax=_softmax_in_input_dtype)
+register("attention_scores_in_16_bits", "attention scores and probabilities computed in float16/bfloat16",
+         hint=("attention computed in float16/bfloat16: the scores Q K^T, the probabilities and their product "
+               f"with V each round to 16 bits; {_IN_16_BITS}"),
+         attention__scaled_dot_product_attention=_attention(in_16_bits=True))
+register("attention_rounds_between_steps", "multi-head attention rounds to 16 bits after every projection",
+         hint=("attention that rounds to float16/bfloat16 after every step (the projections, the attention, the "
+               f"output projection): each piece may upcast, but the whole must run in float32; {_IN_16_BITS}"),
+         attention__widen=lambda x: x)
+
 # ================================================================ Unit 2.5
 
 class _RoPE(nn.Module):
@@ -555,6 +598,7 @@ class _RoPE(nn.Module):
             self.theta ** (-2 * k / self.d_k)
         return angles.cos().float(), angles.sin().float()
 
+    @_float32_inside
     def forward(self, x, token_positions):
         cos, sin = self._tables(None) if self.tables_in_forward else (self.cos, self.sin)
         cos, sin = cos[token_positions], sin[token_positions]
@@ -588,6 +632,19 @@ register("rope_tables_on_cpu", "cos/sin built in forward without device=",
          hint="RoPE tables built in forward on the CPU", named_by="device", mistake=28,
          rope__RotaryPositionalEmbedding=_set(_RoPE, tables_in_forward=True))
 
+
+class _RoPEIn16Bits(rope.RotaryPositionalEmbedding):
+    def forward(self, x, token_positions):
+        cos, sin = self.cos[token_positions].to(x.dtype), self.sin[token_positions].to(x.dtype)
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+
+
+register("rope_in_16_bits", "RoPE rotates a float16/bfloat16 x with 16-bit cos and sin",
+         hint=("RoPE computed in float16/bfloat16 (cos and sin cast to x's dtype, every product and sum rounded to "
+               "16 bits); rotate in float32 and round once: x.float(), then .to(x.dtype)"),
+         rope__RotaryPositionalEmbedding=_RoPEIn16Bits)
+
 # ================================================================ RMSNorm, SwiGLU
 
 class _RMSNorm(model.RMSNorm):
@@ -609,6 +666,7 @@ class _RMSNorm(model.RMSNorm):
 class _SwiGLU(model.SwiGLU):
     swap, activation = False, staticmethod(attention.silu)
 
+    @_float32_inside
     def forward(self, x):
         a, b = (self.w3, self.w1) if self.swap else (self.w1, self.w3)
         return self.w2(self.activation(a(x)) * b(x))
@@ -665,12 +723,18 @@ register("embedding_table_as_buffer", "the embedding table is a buffer, so it ha
 register("swiglu_gelu", "GELU in place of SiLU",
          hint="GELU in place of SiLU", mistake=35,
          model__SwiGLU=_set(_SwiGLU, activation=staticmethod(F.gelu)))
+register("model_rounds_between_layers", "SwiGLU, the block and the LM round to 16 bits between their layers",
+         hint=("a model that rounds to float16/bfloat16 between its layers (each Linear, norm and attention "
+               "returns 16 bits to the next): upcast the input (or the embeddings) and every weight to float32 "
+               "once at the start, and round once at the end"),
+         model__widen=lambda x: x)
 
 # ================================================================ block and LM
 
 class _Block(model.TransformerBlock):
     post_norm, residual_from_norm = False, False
 
+    @_float32_inside
     def forward(self, x):
         if self.post_norm:
             z = self.ln1(x + self.attn(x))
@@ -693,13 +757,14 @@ class _LM(model.TransformerLM):
             self.layers = blocks
 
     def forward(self, in_indices):
-        x = self.token_embeddings(in_indices)
+        rows = self.token_embeddings(in_indices)
+        x = widen(rows)
         for layer in self.layers:
             x = F.dropout(layer(x), p=self.dropout, training=True) if self.dropout else layer(x)
         logits = self.lm_head(self.ln_final(x))
         if self.log_probabilities:
-            return logits.log_softmax(dim=-1)
-        return logits.softmax(dim=-1) if self.probabilities else logits
+            return logits.log_softmax(dim=-1).to(rows.dtype)
+        return (logits.softmax(dim=-1) if self.probabilities else logits).to(rows.dtype)
 
 
 
@@ -782,6 +847,48 @@ register("position_params_with_rope", "learned position parameters counted for a
          accounting__transformer_accounting=_accounting(
              lambda c, V, T, d, L: c.update({"params.token_embeddings": c["params.token_embeddings"] + T * d})))
 
+_reference_training = accounting.training_accounting
+
+
+def _training(adjust):
+    """The reference's training counts with one part changed by `adjust(counts, args)`, totals re-added."""
+    def counts(*args, **kwargs):
+        c = _reference_training(*args, **kwargs)
+        forward = accounting.transformer_accounting(*args[:6])
+        adjust(c, dict(zip(("vocab_size", "context_length", "d_model", "num_layers", "num_heads", "d_ff"), args),
+                       batch_size=kwargs.get("batch_size", 1), param_dtype=kwargs.get("param_dtype", "float32"),
+                       optimizer_dtype=kwargs.get("optimizer_dtype", "float32"), forward=forward))
+        c["memory.total"] = c["memory.parameters"] + c["memory.gradients"] + c["memory.adamw_moments"]
+        c["flops.total"] = c["flops.forward"] + c["flops.backward"]
+        return c
+    return counts
+
+
+register("adamw_one_moment", "AdamW's memory counts one moment",
+         hint="AdamW's memory with one moment; it keeps two per parameter, m and v",
+         accounting__training_accounting=_training(lambda c, a: c.update(
+             {"memory.adamw_moments": c["memory.adamw_moments"] // 2})))
+register("training_memory_without_gradients", "training memory without the gradients",
+         hint="training memory without the gradients: every parameter has one, in param_dtype",
+         accounting__training_accounting=_training(lambda c, a: c.update({"memory.gradients": 0})))
+register("moments_in_param_dtype", "AdamW's moments counted in param_dtype",
+         hint="AdamW's moments counted in param_dtype; they take optimizer_dtype's bytes",
+         accounting__training_accounting=_training(lambda c, a: c.update(
+             {"memory.adamw_moments": 2 * c["memory.parameters"]})))
+register("backward_as_one_forward", "the backward pass counted as one forward",
+         hint="a backward pass counted as one forward; it costs two (the gradients of each matmul's input and weight)",
+         accounting__training_accounting=_training(lambda c, a: c.update({"flops.backward": c["flops.forward"]})))
+register("training_flops_one_sequence", "training FLOPs for one sequence, whatever batch_size is",
+         hint="training FLOPs for one sequence; a step runs batch_size of them",
+         accounting__training_accounting=_training(lambda c, a: c.update(
+             {"flops.forward": a["forward"]["flops.total"], "flops.backward": 2 * a["forward"]["flops.total"]})))
+register("training_flops_6nd", "training FLOPs as 6 x parameters x tokens",
+         hint=("training FLOPs as 6 x params.total x tokens: that counts the token embeddings as a matmul and "
+               "leaves out attention's T^2 terms; use 3 x the forward FLOPs"),
+         accounting__training_accounting=_training(lambda c, a: c.update(
+             {"flops.forward": 2 * a["forward"]["params.total"] * c["tokens"],
+              "flops.backward": 4 * a["forward"]["params.total"] * c["tokens"]})))
+
 def _softmax_global_max(x, dim):
     e = (x - x.max()).exp()
     return e / e.sum(dim=dim, keepdim=True)
@@ -821,7 +928,7 @@ register("mutates_input", "the lookup writes into its weights", named_by="in pla
 # ================================================================ found in independently written solutions
 
 class _Linear(attention.Linear):
-    transpose, variance_as_std = True, False
+    transpose, variance_as_std, cast_back = True, False, True
 
     def __init__(self, in_features, out_features, device=None, dtype=None):
         super().__init__(in_features, out_features, device=device, dtype=dtype)
@@ -830,7 +937,10 @@ class _Linear(attention.Linear):
             nn.init.trunc_normal_(self.weight, std=std, a=-3 * std, b=3 * std)
 
     def forward(self, x):
-        return x @ (self.weight.T if self.transpose else self.weight)
+        wide = widen(x)  # as the reference: float32 inside
+        w = self.weight.to(wide.dtype)
+        out = wide @ (w.T if self.transpose else w)
+        return out.to(x.dtype) if self.cast_back else out
 
 
 class _RandomGainRMSNorm(model.RMSNorm):
@@ -914,12 +1024,15 @@ register("linear_left_uninitialised", "Linear weights left as torch.empty, never
 register("linear_without_transpose", "Linear computes x @ W without the transpose",
          hint="a linear layer computing x @ W without the transpose; W is [d_out, d_in], so y = x @ W.T",
          named_by="without its transpose", attention__Linear=_set(_Linear, transpose=False))
+register("linear_returns_float32", "Linear upcasts a 16-bit x to float32 and returns float32",
+         named_by="return the dtype the contract states", attention__Linear=_set(_Linear, cast_back=False))
 
 # ================================================================ from GPT-2 to modern models
 
 class _LayerNorm(gpt2.LayerNorm):
     """LayerNorm with a knob per known mistake; the correct settings match the reference."""
-    unbiased, eps_outside, use_bias, axis, center, one_pass = False, False, True, -1, True, False
+    unbiased, eps_outside, use_bias, axis, center, one_pass, affine_in_input_dtype = \
+        False, False, True, -1, True, False, False
 
     def forward(self, x):
         wide = x.float()
@@ -930,14 +1043,26 @@ class _LayerNorm(gpt2.LayerNorm):
             var = wide.var(dim=self.axis, keepdim=True, unbiased=self.unbiased) if self.center else \
                 wide.pow(2).mean(dim=self.axis, keepdim=True)
         scale = torch.sqrt(var) + self.eps if self.eps_outside else torch.sqrt(var + self.eps)
-        out = (wide - mean) / scale * self.weight
+        normed = (wide - mean) / scale
+        if self.affine_in_input_dtype:  # normalised in float32, then rounded before weight and bias
+            normed = normed.to(x.dtype)
+        out = normed * self.weight
         return (out + self.bias if self.use_bias else out).to(x.dtype)
 
 
 _reference_gelu = gpt2.gelu
 
 
+def _gelu_in_input_dtype(x, approximate="none"):
+    if approximate == "tanh":
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x.pow(3))))
+    if approximate == "none":
+        return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+    raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
+
+
 class _GPT2MLP(gpt2.GPT2MLP):
+    @_float32_inside
     def forward(self, x):
         return F.linear(gpt2.gelu(F.linear(x, self.c_fc.weight), self.approximate), self.c_proj.weight)
 
@@ -946,6 +1071,7 @@ class _GQA(gpt2.GroupedQueryAttention):
     """Grouped-query attention with a knob per known mistake."""
     rope_on_values, group_from_d_model = False, False
 
+    @_float32_inside
     def forward(self, x, token_positions=None):
         seq = x.shape[-2]
         q = rearrange(self.q_proj(x), "... s (h d) -> ... h s d", h=self.num_heads)
@@ -962,6 +1088,7 @@ class _GQA(gpt2.GroupedQueryAttention):
 
 
 class _GPT2Block(gpt2.GPT2Block):
+    @_float32_inside
     def forward(self, x):  # post-LN, as GPT-1 and the original Transformer
         z = self.ln1(x + self.attn(x))
         return self.ln2(z + self.mlp(z))
@@ -982,11 +1109,12 @@ class _GPT2LM(gpt2.GPT2LM):
 
     def forward(self, in_indices):
         positions = torch.arange(in_indices.shape[-1], device=in_indices.device)
-        x = self.token_embeddings(in_indices) + self.position_embeddings(positions)
+        table = self.token_embeddings.weight
+        x = widen(self.token_embeddings(in_indices)) + widen(self.position_embeddings(positions))
         for layer in self.layers:
             x = layer(x)
         x = self.ln_final(x) if self.final_norm else x
-        return self.lm_head(x) if self.untied else x @ self.token_embeddings.weight.T
+        return (self.lm_head(x) if self.untied else x @ table.to(x.dtype).T).to(table.dtype)
 
 
 _reference_gpt2_accounting = accounting.gpt2_accounting
@@ -1021,12 +1149,26 @@ register("layernorm_one_pass_variance", "LayerNorm variance as E[x^2] - E[x]^2 i
 register("layernorm_without_mean", "RMSNorm where LayerNorm is asked: the mean is not subtracted",
          hint="RMSNorm in place of LayerNorm: subtract the mean, then divide by the standard deviation",
          gpt2__LayerNorm=_set(_LayerNorm, center=False))
+register("layernorm_affine_in_16_bits", "LayerNorm normalises in float32 but applies weight and bias in 16 bits",
+         hint=("LayerNorm that normalises in float32 but rounds to float16/bfloat16 before the affine: the product "
+               "with weight and the sum with bias each round to 16 bits; apply weight and bias in float32 too, "
+               "then round once"),
+         gpt2__LayerNorm=_set(_LayerNorm, affine_in_input_dtype=True))
 register("gelu_tanh_for_exact", "GELU by the tanh approximation where the exact form is asked",
          hint="GELU by its tanh approximation where approximate='none' asks for the exact erf form",
          gpt2__gelu=lambda x, approximate="none": _reference_gelu(x, "tanh"))
 register("gelu_approximate_ignored", "GELU ignores approximate='tanh'",
          hint="GELU that ignores approximate='tanh' and always computes the exact erf form",
          gpt2__gelu=lambda x, approximate="none": _reference_gelu(x))
+register("gelu_in_16_bits", "GELU computed in the input's float16/bfloat16",
+         hint=("GELU computed in float16/bfloat16 (x / sqrt(2), erf, 1 + erf and the products each round to 16 "
+               "bits); compute in float32 and round once: gelu(x.float()).to(x.dtype)"),
+         gpt2__gelu=lambda x, approximate="none": _gelu_in_input_dtype(x, approximate))
+register("gpt2_rounds_between_layers", "the GPT-2 MLP, attention, block and LM round to 16 bits between layers",
+         hint=("GPT-2 modules that round to float16/bfloat16 between their layers (each linear, GELU and "
+               "attention returns 16 bits to the next): upcast the input (or the embeddings) and every weight "
+               "and bias to float32 once at the start, and round once at the end"),
+         gpt2__widen=lambda x: x)
 register("gpt2_mlp_biases_dropped", "the GPT-2 MLP holds its biases but never adds them",
          hint="the GPT-2 MLP without its biases: c_fc and c_proj both add theirs",
          gpt2__GPT2MLP=_GPT2MLP)
@@ -1158,16 +1300,18 @@ register("float32_sinusoidal", "sinusoidal computed in float32 with pow and stri
 
 # ---- einsum everywhere
 
+# 16-bit weights meet a float32 x inside a model (float32 throughout): each weight is cast where it is used.
 class _EinsumLinear(attention.Linear):
     def forward(self, x):
-        return torch.einsum("...i,oi->...o", x, self.weight)
+        return torch.einsum("...i,oi->...o", x, self.weight.to(x.dtype))
 
 
 def _einsum_attention(Q, K, V, mask=None):
-    scores = torch.einsum("...qd,...kd->...qk", Q, K) / Q.shape[-1] ** 0.5
+    q, k, v = (t.float() if t.dtype in (torch.float16, torch.bfloat16) else t for t in (Q, K, V))
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / Q.shape[-1] ** 0.5
     if mask is not None:
         scores = torch.where(mask, scores, float("-inf"))
-    return torch.einsum("...qk,...kd->...qd", attention.softmax(scores, -1), V)
+    return torch.einsum("...qk,...kd->...qd", attention.softmax(scores, -1), v).to(Q.dtype)
 
 
 register("einsum", "einsum for linear layers and attention", correct=True,
@@ -1178,7 +1322,8 @@ register("einsum", "einsum for linear layers and attention", correct=True,
 # A blind student's softmax: exact, but float32 gradients under sharp scores drift by 2e-5 of
 # the largest one (harness/student_run/checks.gradient_atol), which once failed it.
 register("logsumexp_softmax", "softmax as exp(x - logsumexp(x))", correct=True,
-         attention__softmax=lambda x, dim: (x - x.logsumexp(dim=dim, keepdim=True)).exp())
+         attention__softmax=lambda x, dim: (x.float() - x.float().logsumexp(dim=dim, keepdim=True)).exp().to(x.dtype)
+         if x.dtype in (torch.float16, torch.bfloat16) else (x - x.logsumexp(dim=dim, keepdim=True)).exp())
 
 
 # ---- float64 internally
@@ -1300,12 +1445,16 @@ class _TorchLinear(nn.Linear):
         std = math.sqrt(2.0 / (in_features + out_features))
         nn.init.trunc_normal_(self.weight, std=std, a=-3 * std, b=3 * std)
 
+    def forward(self, x):  # a 16-bit weight meets the model's float32 x: cast it
+        return F.linear(x, self.weight.to(x.dtype))
+
 
 class _FusedQKV(attention.MultiHeadSelfAttention):
     def forward(self, x, token_positions=None):
+        dtype, x = x.dtype, x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         *lead, seq, d = x.shape
         h = self.num_heads
-        fused = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+        fused = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]).to(x.dtype)
         q, k, v = F.linear(x, fused).view(*lead, seq, 3, h, d // h).unbind(-3)
         q, k, v = (t.transpose(-2, -3) for t in (q, k, v))
         if self.rope is not None:
@@ -1313,7 +1462,7 @@ class _FusedQKV(attention.MultiHeadSelfAttention):
             q, k = self.rope(q, positions.unsqueeze(-2)), self.rope(k, positions.unsqueeze(-2))
         causal = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
-        return self.output_proj(out.transpose(-2, -3).reshape(*lead, seq, d))
+        return self.output_proj(out.transpose(-2, -3).reshape(*lead, seq, d)).to(dtype)
 
 
 class _TorchEmbedding(nn.Embedding):
@@ -1342,8 +1491,8 @@ class _RotationRoPE(nn.Module):
         self.register_buffer("rotations", rotations.float(), persistent=False)
 
     def forward(self, x, token_positions):
-        pairs = x.unflatten(-1, (-1, 2)).unsqueeze(-1)  # [..., seq, d_k/2, 2, 1]
-        return (self.rotations[token_positions] @ pairs).squeeze(-1).flatten(-2)
+        pairs = x.to(self.rotations.dtype).unflatten(-1, (-1, 2)).unsqueeze(-1)  # [..., seq, d_k/2, 2, 1]
+        return (self.rotations[token_positions] @ pairs).squeeze(-1).flatten(-2).to(x.dtype)
 
 
 register("rope_rotation_matrices", "RoPE as a table of 2x2 rotation matrices", correct=True,
@@ -1365,19 +1514,22 @@ class _NNLinearMLP(gpt2.GPT2MLP):
         nn.init.zeros_(self.c_fc.bias), nn.init.zeros_(self.c_proj.bias)  # as nanoGPT's _init_weights
 
     def forward(self, x):
-        return self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate))
+        wide = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        linear = lambda layer, t: F.linear(t, layer.weight.to(t.dtype), layer.bias.to(t.dtype))
+        return linear(self.c_proj, F.gelu(linear(self.c_fc, wide), approximate=self.approximate)).to(x.dtype)
 
 
 class _SdpaGQA(gpt2.GroupedQueryAttention):
     def forward(self, x, token_positions=None):
+        dtype, x = x.dtype, x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         *lead, seq, d = x.shape
         q = self.q_proj(x).view(*lead, seq, self.num_heads, -1).transpose(-2, -3)
         k, v = (p(x).view(*lead, seq, self.num_kv_heads, -1).transpose(-2, -3) for p in (self.k_proj, self.v_proj))
         if self.rope is not None:
             positions = torch.arange(seq, device=x.device) if token_positions is None else token_positions
             q, k = self.rope(q, positions.unsqueeze(-2)), self.rope(k, positions.unsqueeze(-2))
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        return self.output_proj(out.transpose(-2, -3).reshape(*lead, seq, d))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # fused: on float32 only
+        return self.output_proj(out.transpose(-2, -3).reshape(*lead, seq, d)).to(dtype)
 
 
 def _expand_reshape(t, group):
@@ -1388,6 +1540,15 @@ def _expand_reshape(t, group):
 register("torch_gpt2_pieces", "F.layer_norm, nn.Linear + F.gelu MLP, SDPA(enable_gqa=True)", correct=True,
          gpt2__LayerNorm=_TorchLayerNorm, gpt2__GPT2MLP=_NNLinearMLP, gpt2__GroupedQueryAttention=_SdpaGQA,
          gpt2__gelu=lambda x, approximate="none": F.gelu(x, approximate=approximate))
+class _TorchLayerNorm16(gpt2.LayerNorm):
+    def forward(self, x):  # no upcast of its own: on 16-bit tensors torch computes in float32 and rounds once
+        w, b = (p.to(x.dtype) if p.dtype.itemsize < x.dtype.itemsize else p for p in (self.weight, self.bias))
+        return F.layer_norm(x, x.shape[-1:], w, b, self.eps)  # a narrower weight raises: cast it up to x's
+
+
+register("torch_ops_on_16_bit_inputs", "F.layer_norm, F.gelu, torch.softmax and F.silu called on 16-bit tensors as they are",
+         correct=True, gpt2__LayerNorm=_TorchLayerNorm16, attention__softmax=lambda x, dim: torch.softmax(x, dim=dim),
+         attention__silu=F.silu, gpt2__gelu=lambda x, approximate="none": F.gelu(x, approximate=approximate))
 register("gqa_expand_reshape", "kv heads expanded by a broadcast view and reshape", correct=True,
          gpt2__expand_kv=_expand_reshape)
 
@@ -1402,10 +1563,11 @@ class _TiedHeadModuleLM(gpt2.GPT2LM):
 
     def forward(self, in_indices):
         positions = torch.arange(in_indices.shape[-1], device=in_indices.device)
-        x = self.token_embeddings(in_indices) + self.position_embeddings(positions)
+        x = self.token_embeddings(in_indices).float() + self.position_embeddings(positions).float()  # float32 on
         for layer in self.layers:
             x = layer(x)
-        return self.lm_head(self.ln_final(x))
+        head = self.lm_head.weight
+        return F.linear(self.ln_final(x), head.to(x.dtype)).to(head.dtype)
 
 
 register("tied_head_module", "a tied lm_head module sharing token_embeddings.weight (nanoGPT's style)",

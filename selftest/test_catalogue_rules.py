@@ -11,9 +11,10 @@ import dataclasses
 
 import pytest
 
-from harness.term.case_rules import axis_problems, clashes, exponential_ranges, narrow_spread, public, unvaried
+from harness.term.case_rules import _low_precision_size, axis_problems, clashes, exponential_ranges, low_precision, \
+    narrow_spread, public, unvaried
 from harness.term.catalogue import CATALOGUE, case, given, normal
-from harness.contract import UNITS
+from harness.contract import ADAPTERS, UNITS
 
 OUTPUT_CASES = [s for s in CATALOGUE if s.check == "output"]
 
@@ -203,3 +204,74 @@ def test_a_broken_case_is_refused_with_a_message_never_a_traceback():
         assert case_problems(case("run_heads_only", "8", num_heads=8)) == []
     finally:
         del ADAPTERS["run_heads_only"]
+
+
+# ---------------------------------------------------------------- low precision is judged in public
+
+FLOAT_FUNCTIONS = [f for f in WITH_CASES if ADAPTERS[f].float_args]
+
+
+def test_the_functions_with_float_inputs_come_from_the_contract():
+    assert {"run_layernorm", "run_gelu", "run_gpt2_mlp", "run_grouped_query_attention", "run_gpt2_block",
+            "run_gpt2_lm", "run_transformer_lm", "run_linear"} <= set(FLOAT_FUNCTIONS), FLOAT_FUNCTIONS
+    assert "run_sinusoidal_positions" not in FLOAT_FUNCTIONS and "run_transformer_accounting" not in FLOAT_FUNCTIONS
+
+
+@pytest.mark.parametrize("function", FLOAT_FUNCTIONS)
+def test_every_function_with_float_inputs_has_a_public_16_bit_case(function):
+    """The README says computing in the low dtype is caught: so every function that takes float tensors
+    is judged on a public float16/bfloat16 case large enough for 1 ulp to separate right from wrong."""
+    assert low_precision(function, CATALOGUE) is None, f"{function}: {low_precision(function, CATALOGUE)}"
+
+
+def test_the_low_precision_rule_fires_and_says_what_to_add(monkeypatch, tmp_path):
+    """Without its 16-bit cases a function is refused by `term new`, with one line naming what to add."""
+    import harness.term.build
+    without = [s for s in CATALOGUE if not (s.function == "run_gelu" and _low_precision_size(s))]
+    said = low_precision("run_gelu", without)
+    assert said and "case('run_gelu', \"bf16\"" in said and 'in_features=normal(16, 32, dtype="bfloat16")' in said
+    mlp = low_precision("run_gpt2_mlp", [s for s in CATALOGUE if not _low_precision_size(s)])
+    assert 'c_fc_bias=normal(d_ff, dtype="bfloat16")' in mlp and "hidden=True" in mlp, mlp
+    small = [case("run_gelu", "bf16-small", "", in_features=normal(4, 8, dtype="bfloat16"))]
+    assert "256 or more elements" in low_precision("run_gelu", small)  # too small to separate 1 ulp from 2
+    monkeypatch.setattr(harness.term.build, "CATALOGUE", without)
+    with pytest.raises(ValueError, match="run_gelu: no public float16/bfloat16 case"):
+        harness.term.build.build_term(tmp_path, "no-16-bit", seed=1)
+    assert not (tmp_path / "fixtures" / "no-16-bit").exists()
+
+
+@pytest.fixture(scope="module")
+def gpt2_norm_and_gelu(tmp_path_factory):
+    """A term of the catalogue's LayerNorm and GELU cases only: what the 16-bit checks judge there."""
+    import harness.term.build
+    from harness.store import Term
+    root = tmp_path_factory.mktemp("lowprec")
+    cases = [s for s in CATALOGUE if s.function in ("run_layernorm", "run_gelu")]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(harness.term.build, "CATALOGUE", cases)
+        harness.term.build.build_term(root, "lowprec", seed=5, grading_seed=6)
+    return Term(root, "lowprec")
+
+
+@pytest.mark.parametrize("variant", ["layernorm_affine_in_16_bits", "gelu_in_16_bits"])
+def test_16_bit_layernorm_affine_and_gelu_fail_in_public_and_are_named(gpt2_norm_and_gelu, variant):
+    """Issue 24: a LayerNorm applying its affine in 16 bits, and a GELU computed in 16 bits, passed every
+    public case (the 16-bit LayerNorm cases held 16 and 24 elements, GELU had none). Each fails a public
+    16-bit case now, named; the reference and torch's own F.layer_norm and F.gelu pass them all."""
+    from harness.runtime import Adapters
+    from harness.student_run.checks import check_output
+    from reference.variants import VARIANTS
+    term = gpt2_norm_and_gelu
+    low = [c for c in term.cases if c.ulps and not c.hidden]
+    function = "run_layernorm" if "layernorm" in variant else "run_gelu"
+    assert any(c.function == function for c in low), [c.id for c in low]
+    failures = []
+    for c in low:
+        try:
+            check_output(Adapters(f"reference.variants:{variant}"), term, c)
+        except AssertionError as e:
+            failures.append(str(e))
+    assert failures and any(VARIANTS[variant].hint in f for f in failures), failures
+    for good in ("reference.adapters", "reference.variants:torch_gpt2_pieces"):
+        for c in low:
+            check_output(Adapters(good), term, c)

@@ -157,3 +157,29 @@ def test_none_is_judged_by_the_argument_that_was_none_whatever_its_name():
         said = crash(_error(fn, torch.zeros(2, 2), None), case, inputs)
         assert said and f"uses {name} although it is None" in said and "the docstring says" in said, (fn, said)
     assert crash(_error(drops_a_result, torch.zeros(2, 2), None), case, inputs) is None
+
+
+# ---------------------------------------------------------------- 16-bit results: rounding told from formulas
+
+def test_a_16_bit_result_off_by_rounding_alone_is_said_to_be_rounding():
+    """A 16-bit output that fails 1 ulp only by rounding-sized errors (16-bit internals) is said to be that;
+    one whose errors are far larger (a wrong formula) is not."""
+    from harness.student_run.diagnose import rounding_sized
+    x = torch.randn(16, 48, generator=torch.Generator().manual_seed(1)) * 3
+    expected = F.gelu(x.double()).half()
+    in_16_bits = 0.5 * x.half() * (1 + torch.erf(x.half() / 2 ** 0.5))
+    said = rounding_sized(in_16_bits, expected)
+    assert said and "rounding-sized" in said and "Compute in float32 throughout" in said, said
+    assert rounding_sized(F.gelu(x.double(), approximate="tanh").half() * 1.1, expected) is None
+    assert rounding_sized(in_16_bits.float(), expected) is None  # a dtype slip is said elsewhere
+
+
+def test_a_float32_x_meeting_a_16_bit_weight_is_named():
+    """A model that upcasts x but not its nn.Linear's bfloat16 weight crashes in torch's words; the report
+    says what the contract asks: cast each weight where it is used."""
+    x, w = torch.randn(3, 8), torch.randn(4, 8).bfloat16()
+    with pytest.raises(RuntimeError) as error:
+        F.linear(x, w)
+    said = crash(error.value, None, {"in_features": x.bfloat16(), "weights": {"w": w}})
+    assert said and "F.linear(x, self.weight.to(x.dtype))" in said, (str(error.value), said)
+    assert crash(error.value, None, {"in_features": x, "weights": {"w": w.float()}}) is None  # no 16-bit input: silent

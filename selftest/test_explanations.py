@@ -210,8 +210,8 @@ def test_a_nan_from_an_inverted_mask_is_traced_to_the_mask(submission):
 NAN_CAUSES = {  # name: (edit of student/attention.py, function, said in the cause, never said, line marked, where)
     # The mask is right; the softmax runs over the queries (by transposes), so a key that no query
     # may see is an all -inf slice. The mask is not blamed.
-    "softmax over the queries": (("    return softmax(scores, dim=-1) @ V",
-                                  "    return softmax(scores.transpose(-1, -2), dim=-1).transpose(-1, -2) @ V"),
+    "softmax over the queries": (("    return (softmax(scores, dim=-1) @ v).to(Q.dtype)",
+                                  "    return softmax(scores.transpose(-1, -2), dim=-1).transpose(-1, -2) @ v"),
                                  "run_scaled_dot_product_attention", "query axis", "inverted",
                                  "softmax(scores.transpose", "message"),
     # MHA builds triu(1) (True = the keys to hide) and passes it where True means may attend: the
@@ -279,8 +279,8 @@ def test_a_property_whose_oracle_is_another_function_checks_that_function_first(
     MHA scales its scores by d_k, not sqrt(d_k): the GQA tests must say to fix MHA first, not
     blame GQA's kv grouping."""
     from conftest import edit
-    target, _ = submission("attention.py", "    scores = Q @ K.transpose(-1, -2) / math.sqrt(Q.shape[-1])",
-                           "    scores = Q @ K.transpose(-1, -2) / Q.shape[-1]")
+    target, _ = submission("attention.py", "    scores = q @ k.transpose(-1, -2) / math.sqrt(Q.shape[-1])",
+                           "    scores = q @ k.transpose(-1, -2) / Q.shape[-1]")
     edit(tmp_path / "submission0" / "student" / "gpt2.py", "out = attention.scaled_dot_product_attention(q, k, v, causal)",
          "out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=causal)")
     run = run_suite("--adapters", target, "--function", "run_grouped_query_attention")
@@ -299,8 +299,8 @@ def test_position_0_right_is_blamed_on_positions_only_where_it_sees_more_than_on
     """In causal attention query 0 sees one key, whose weight is 1 whatever its score: an SDPA that
     divides by d_k leaves position 0 right, and its rotation or position vector is not to blame.
     A RoPE whose frequencies are doubled is right at position 0 (no rotation) and is still told so."""
-    target, _ = submission("attention.py", "    scores = Q @ K.transpose(-1, -2) / math.sqrt(Q.shape[-1])",
-                           "    scores = Q @ K.transpose(-1, -2) / Q.shape[-1]")
+    target, _ = submission("attention.py", "    scores = q @ k.transpose(-1, -2) / math.sqrt(Q.shape[-1])",
+                           "    scores = q @ k.transpose(-1, -2) / Q.shape[-1]")
     run = run_suite("--adapters", target, "--function", "run_multihead_self_attention")
     reports = _reports(run, "run_multihead_self_attention")
     assert reports and not [m for m in reports if POSITION_0 in m], reports
@@ -313,7 +313,7 @@ def test_the_output_is_called_right_only_where_it_is_right_up_to_rounding(submis
     """A tanh GELU in the GPT-2 LM passes the truncated case's output tolerance (it is off by 7e-5 of
     its largest value, float32 rounding gives 2e-7), and its gradient fails: the report must not say
     "the output is right, only the gradient is wrong", which sends the student to the backward pass."""
-    target, _ = submission("gpt2.py", "        return self.c_proj(gelu(self.c_fc(x), self.approximate))",
+    target, _ = submission("gpt2.py", "        return self.c_proj(gelu(self.c_fc(wide), self.approximate)).to(x.dtype)",
                            "        return self.c_proj(torch.nn.functional.gelu(self.c_fc(x), approximate='tanh'))")
     run = run_suite("--adapters", target, "--function", "run_gpt2_lm")
     gradients = [m for n, m in run.messages.items() if n in run.failed and ":gradient]" in n]
@@ -328,9 +328,9 @@ def test_a_must_raise_case_names_only_a_mistake_about_raising(submission):
     A must-raise case says it did not raise, and names a mistake only where that mistake shows
     on invalid input alone (plain weights[ids] wrapping -1)."""
     target, _ = submission("gpt2.py", '''    if approximate == "tanh":
-        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x.pow(3))))
+        return (0.5 * wide * (1 + torch.tanh(math.sqrt(2 / math.pi) * (wide + 0.044715 * wide.pow(3))))).to(x.dtype)
     raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")''',
-                           '''    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x.pow(3))))''')
+                           '''    return (0.5 * wide * (1 + torch.tanh(math.sqrt(2 / math.pi) * (wide + 0.044715 * wide.pow(3))))).to(x.dtype)''')
     run = run_suite("--adapters", target, "--function", "run_gelu")
     raised = [m for n, m in run.messages.items() if n in run.failed and ":raises]" in n]
     assert raised and all("instead of raising" in m and "Likely cause" not in m for m in raised), raised
@@ -368,11 +368,11 @@ def test_unused_parameters_are_named_before_any_gradient_that_differs(submission
     """An attention whose projections skip their biases (x @ W.T): the block's gradient check said
     only that ln1.weight's gradient differs; the biases get no gradient at all, and it says so."""
     target, _ = submission("gpt2.py",
-                           '        q = rearrange(self.q_proj(x), "... s (h d) -> ... h s d", h=self.num_heads)',
-                           '        q = rearrange(x @ self.q_proj.weight.T, "... s (h d) -> ... h s d", h=self.num_heads)',
+                           '        q = rearrange(self.q_proj(wide), "... s (h d) -> ... h s d", h=self.num_heads)',
+                           '        q = rearrange(wide @ self.q_proj.weight.T, "... s (h d) -> ... h s d", h=self.num_heads)',
                            "for p in (self.k_proj, self.v_proj))\n        if self.rope",
                            "for p in (self.k_proj.weight.T, self.v_proj.weight.T))\n        if self.rope",
-                           "(rearrange(p(x), ", "(rearrange(x @ p, ")
+                           "(rearrange(p(wide), ", "(rearrange(wide @ p, ")
     run = run_suite("--adapters", target, "--function", "run_gpt2_block")
     gradients = [m for n, m in run.messages.items() if n in run.failed and ":gradient]" in n]
     assert gradients, run.messages

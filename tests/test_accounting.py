@@ -2,6 +2,8 @@
 
 import pytest
 
+from harness.student_run.checks import oracle_passes
+
 adapter = pytest.mark.adapter
 
 XL = dict(vocab_size=50257, context_length=1024, d_model=1600, num_layers=48, num_heads=25, d_ff=6400)
@@ -82,3 +84,50 @@ def test_gpt2_totals_are_the_sum_of_their_parts(adapters):
     for kind in ("params", "flops"):
         parts = sum(v for k, v in counts.items() if k.startswith(kind + ".") and k != f"{kind}.total")
         assert counts[f"{kind}.total"] == parts, f"{kind}.total = {counts[f'{kind}.total']:,} but its parts sum to {parts:,}"
+
+
+# ---------------------------------------------------------------- training: checked against your own forward counts
+
+BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+SIZES = ("vocab_size", "context_length", "d_model", "num_layers", "num_heads", "d_ff")
+STEPS = [dict(XL, batch_size=2, param_dtype="bfloat16", optimizer_dtype="float32"),
+         dict(vocab_size=100, context_length=7, d_model=12, num_layers=3, num_heads=3, d_ff=20, batch_size=5,
+              param_dtype="float32", optimizer_dtype="bfloat16")]
+
+
+@adapter("run_training_accounting")
+@pytest.mark.parametrize("config", STEPS, ids=["gpt2-xl-bf16", "small"])
+def test_a_training_step_costs_three_forward_passes(adapters, term, config):
+    """Backward is two matmuls per forward matmul (the gradients of its input and of its weight): one step
+    is 3 x the forward FLOPs of your run_transformer_accounting, for batch_size sequences."""
+    oracle_passes(adapters, term, "run_transformer_accounting", "run_training_accounting")
+    forward = adapters.run_transformer_accounting(**{k: config[k] for k in SIZES})["flops.total"] * config["batch_size"]
+    step = adapters.run_training_accounting(**config)
+    said = {k: step.get(k) for k in ("flops.forward", "flops.backward", "flops.total")}
+    expected = {"flops.forward": forward, "flops.backward": 2 * forward, "flops.total": 3 * forward}
+    wrong = {k: v for k, v in said.items() if v != expected[k]}
+    assert not wrong, (
+        f"with batch_size={config['batch_size']}, your run_transformer_accounting gives a forward of "
+        f"{forward:,} FLOPs for the batch, so one step is forward {forward:,} + backward {2 * forward:,} = "
+        f"{3 * forward:,}; yours: " + ", ".join(f"{k} {v:,} ({v / expected[k]:.3g}x)" if isinstance(v, int)
+                                                  else f"{k} {v!r}" for k, v in wrong.items()))
+
+
+@adapter("run_training_accounting")
+@pytest.mark.parametrize("config", STEPS, ids=["gpt2-xl-bf16", "small"])
+def test_training_memory_is_your_parameter_count_times_its_bytes(adapters, term, config):
+    """Each parameter of your run_transformer_accounting's params.total holds its value and its gradient in
+    param_dtype, and two AdamW moments in optimizer_dtype."""
+    oracle_passes(adapters, term, "run_transformer_accounting", "run_training_accounting")
+    params = adapters.run_transformer_accounting(**{k: config[k] for k in SIZES})["params.total"]
+    p, o = BYTES[config["param_dtype"]], BYTES[config["optimizer_dtype"]]
+    expected = {"memory.parameters": params * p, "memory.gradients": params * p, "memory.adamw_moments": 2 * params * o}
+    expected["memory.total"] = sum(expected.values())
+    step = adapters.run_training_accounting(**config)
+    wrong = {k: step.get(k) for k in expected if step.get(k) != expected[k]}
+    assert not wrong, (
+        f"params.total is {params:,} in your run_transformer_accounting: {config['param_dtype']} values and gradients "
+        f"take {p} bytes each, {config['optimizer_dtype']} moments {o}, so expected "
+        + ", ".join(f"{k} {expected[k]:,}" for k in wrong) + "; yours: "
+        + ", ".join(f"{k} {v:,} ({v / expected[k]:.3g}x)" if isinstance(v, int) and expected[k] else f"{k} {v!r}"
+                    for k, v in wrong.items()))

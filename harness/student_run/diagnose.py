@@ -26,8 +26,9 @@ TOP, RANDOM = 16, 16
 MATCH_SLACK = 1  # a fingerprint matches within the case's own tolerance: 10x named one eps mistake as another
 
 
-def fingerprint(variant_out, expected, seed: int, atol: float, rtol: float) -> dict | None:
-    """A compact sample of a variant's output, or None where it is not distinguishable."""
+def fingerprint(variant_out, expected, seed: int, atol: float, rtol: float, ulps: int = 0) -> dict | None:
+    """A compact sample of a variant's output, or None where it is not distinguishable (for a
+    float16/bfloat16 output, `ulps`: where it passes the check that judges it)."""
     if isinstance(expected, dict):
         if not isinstance(variant_out, dict) or set(variant_out) != set(expected) or variant_out == expected:
             return None
@@ -36,7 +37,11 @@ def fingerprint(variant_out, expected, seed: int, atol: float, rtol: float) -> d
         return None
     out = variant_out.detach().to(expected.dtype)
     diff = (out.double() - expected.double()).abs().nan_to_num(nan=float("inf")).flatten()
-    if torch.isclose(out, expected, atol=atol, rtol=rtol, equal_nan=True).all():
+    if ulps:
+        from harness.student_run.compare import mismatched
+        if not mismatched(out, expected, 0.0, 0.0, ulps).any():
+            return None
+    elif torch.isclose(out, expected, atol=atol, rtol=rtol, equal_nan=True).all():
         return None
     g = torch.Generator().manual_seed(seed)
     idx = torch.cat([diff.topk(min(TOP, diff.numel())).indices,
@@ -44,8 +49,11 @@ def fingerprint(variant_out, expected, seed: int, atol: float, rtol: float) -> d
     return {"idx": idx.to(torch.int32), "val": out.flatten()[idx]}
 
 
-def matching_variant(actual, fingerprints: dict[str, dict], atol: float, rtol: float) -> str | None:
-    """The variant whose fingerprint the student's result matches best, if any."""
+def matching_variant(actual, fingerprints: dict[str, dict], atol: float, rtol: float, ulps: int = 0) -> str | None:
+    """The variant whose fingerprint the student's result matches best, if any. A float16/bfloat16 result
+    (`ulps`) matches within that many ulps, as it is judged: two float32 computations of one mistake
+    round to 16 bits 1 ulp apart here and there."""
+    from harness.student_run.compare import mismatched
     best, best_error = None, float("inf")
     for name, fp in fingerprints.items():
         if "idx" not in fp:  # counts: all keys must agree
@@ -57,8 +65,8 @@ def matching_variant(actual, fingerprints: dict[str, dict], atol: float, rtol: f
         sample = actual.detach().flatten()[fp["idx"]].to(fp["val"].dtype)
         if not (torch.isfinite(sample).all() and torch.isfinite(fp["val"]).all()):
             continue  # NaN equals no NaN: non-finite values are evidence of nothing in particular
-        close = torch.isclose(sample, fp["val"], atol=MATCH_SLACK * max(atol, 1e-6),
-                              rtol=MATCH_SLACK * max(rtol, 1e-5))
+        close = ~mismatched(sample, fp["val"], 0.0, 0.0, ulps) if ulps else \
+            torch.isclose(sample, fp["val"], atol=MATCH_SLACK * max(atol, 1e-6), rtol=MATCH_SLACK * max(rtol, 1e-5))
         if close.all():
             error = (sample.double() - fp["val"].double()).abs().max().item()
             if error < best_error:
@@ -130,6 +138,29 @@ def overflow(trace: str | None, dtype: torch.dtype) -> str | None:
     return None
 
 
+ROUNDING_ULPS = 8  # errors within this many ulps of a 16-bit output's largest |value| are rounding, not a formula
+
+
+def rounding_sized(actual, expected) -> str | None:
+    """For a float16/bfloat16 output off by more than 1 ulp: whether every error is of the size 16-bit
+    rounding makes (a few ulps of the largest |value|), which says so; else None."""
+    if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape or actual.dtype != expected.dtype:
+        return None
+    e, a = expected.double(), actual.detach().double()
+    scale = e.abs().max()
+    if not (torch.isfinite(a).all() and scale > 0):
+        return None
+    top = expected.abs().max().reshape(1)
+    spacing = (torch.nextafter(top, torch.full_like(top, float("inf"))) - top).double().item()
+    worst = (a - e).abs().max().item() / spacing
+    if worst > ROUNDING_ULPS:
+        return None
+    dtype = str(expected.dtype).removeprefix("torch.")
+    return (f"every error is rounding-sized: at most {worst:.2g} ulp of {dtype} at the largest |value| "
+            f"({scale.item():.3g}), as when part of the computation runs in {dtype} or is rounded to it between "
+            "steps. Compute in float32 throughout (upcast the inputs and the weights) and round once at the end")
+
+
 def dtype_slip(actual, expected, inputs: dict) -> str | None:
     """The output took the weights' dtype where the contract keeps the input's."""
     if not isinstance(actual, torch.Tensor) or actual.dtype == expected.dtype or actual.shape != expected.shape:
@@ -150,6 +181,7 @@ _RANK_ERRORS = ("values to unpack", "number of subscripts", "number of dimension
                 "too many indices for tensor of dimension", "Dimension out of range",
                 "only supported on matrices or batches of matrices")
 _RANK_CLASSES = {"RankError"}
+_MIXED_DTYPES = re.compile(r"same dtype|expected scalar type|should be the same|found dtype|dtype.* != ")
 _BROADCAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
 _EINSUM = re.compile(r"has size (\d+) (?:for operand \d+ )?which does not broadcast with previously seen "
                      r"(?:ellipsis with )?size (\d+)")
@@ -177,6 +209,10 @@ def crash(error: BaseException, case, inputs: dict) -> str | None:
     shapes = ", ".join(f"{k}={_describe(v)}" for k, v in inputs.items() if isinstance(v, torch.Tensor))
     if (found := rank_error(error, shapes)) is not None:
         return found
+    if _MIXED_DTYPES.search(message) and any(t.dtype in (torch.float16, torch.bfloat16) for t in _tensors(inputs)):
+        return ("a float32 tensor met a float16/bfloat16 one in a single op. This case's inputs are 16-bit: "
+                "compute in float32 throughout, upcasting x once and each weight where it is used "
+                "(F.linear(x, self.weight.to(x.dtype))), and round the result once to the input's dtype")
     if match := _MATMUL.search(message):
         return (f"a matrix product whose inner sizes differ ({match.group(1) or match.group(2)}): a weight used "
                 "without its transpose? W is stored [d_out, d_in], so y = x @ W.T (or einsum('...i,oi->...o'))")
@@ -323,6 +359,15 @@ def _axis_sizes(case, inputs: dict) -> dict[str, int]:
     return axes
 
 
+def _tensors(inputs: dict):
+    """The tensors among a call's arguments, inside weight dicts too."""
+    for v in inputs.values():
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, dict):
+            yield from (t for t in v.values() if isinstance(t, torch.Tensor))
+
+
 def _describe(t: torch.Tensor) -> str:
     return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
 
@@ -356,7 +401,7 @@ def _wrong_result(term, case, actual, expected, nonfinite) -> list[tuple[str, st
     fingerprints = term.fingerprints(case)
     if case.check == "raises":  # what code returns for invalid input names only a mistake about raising
         fingerprints = {name: fp for name, fp in fingerprints.items() if raise_only(term, case.function, name)}
-    name = matching_variant(actual, fingerprints, case.atol, case.rtol)
+    name = matching_variant(actual, fingerprints, case.atol, case.rtol, case.ulps)
     if name and name in term.hints:
         return [("Likely cause", f"your output matches {term.hints[name]} ({match_evidence(actual, fingerprints[name])})")]
     if not isinstance(expected, torch.Tensor) or not isinstance(actual, torch.Tensor) \
@@ -367,6 +412,8 @@ def _wrong_result(term, case, actual, expected, nonfinite) -> list[tuple[str, st
         # what fed the first NaN (a slice of -inf and the mask behind it) before the op that made it
         cause = getattr(nonfinite, "cause", None) or overflow(nonfinite, actual.dtype)
         return [("Non-finite", nonfinite), ("Likely cause", cause)]
+    if case.ulps and (rounding := rounding_sized(actual, expected)):
+        return [("What differs", rounding)]
     axes = output_axes(case.function, actual.dim())
     one_key = attends_causally(case.function)
     differs = what_differs(actual, expected, case.atol, case.rtol, axes, case.ulps)

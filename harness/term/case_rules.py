@@ -11,6 +11,9 @@ selftest (instructor only). Derived from the contract, not from lists:
   of at least SPREAD inside one slice in a public case, not only a large offset.
 - A case names only its function's arguments, and all the required ones; sizes the contract
   divides (DIVISIBLE: d_model by num_heads, ...) divide; and its hidden twin can differ from it.
+- Every function that takes float tensors (Adapter.float_args) has a public float16 or bfloat16
+  case with at least LOW_PRECISION_ELEMENTS elements in one 16-bit tensor: enough that computing
+  in 16 bits, which the 1-ulp judgement catches, fails in public.
 Every broken rule is one line naming the case and the problem, never a traceback.
 (Reduced precision judged within 1 ulp of the float32 result rounded once is the build's:
 harness/term/build.py sets it on every float16/bfloat16 output.)
@@ -18,6 +21,7 @@ harness/term/build.py sets it on every float16/bfloat16 output.)
 
 import functools
 import inspect
+import math
 import typing
 
 import torch
@@ -82,6 +86,7 @@ def problems(catalogue) -> list[str]:
     out = [p for spec in catalogue for p in case_problems(spec)]
     functions = sorted({s.function for s in catalogue} & set(ADAPTERS))
     out += [f"{f}: {p}" for f in functions for p in _guarded(unvaried, f, catalogue)]
+    out += [f"{f}: {p}" for f in functions if (p := _guarded(lambda: [low_precision(f, catalogue)], )[0])]
     return out + [f"{f}: {p}" for f in functions if (p := narrow_spread(f, catalogue))]
 
 
@@ -225,3 +230,39 @@ def narrow_spread(function: str, catalogue: list) -> str | None:
         return None
     return (f"the widest exp/sigmoid/softmax operand in a public case spans {max(ranges):.3g}; "
             f"add a case whose slice spans at least {SPREAD:g}")
+
+
+# ---------------------------------------------------------------- low precision is judged in public
+
+LOW_PRECISION = ("float16", "bfloat16")
+LOW_PRECISION_ELEMENTS = 256  # a [8, 64] LayerNorm with its affine in float16 is off by 2 ulp or more at dozens
+
+
+def _low_precision_size(spec) -> int:
+    """The most elements of one float16/bfloat16 tensor of a case (0: it has none)."""
+    return max((math.prod(gen.shape) for _, gen in spec.gens()
+                if gen.kind == "normal" and gen.params.get("dtype") in LOW_PRECISION), default=0)
+
+
+def low_precision(function: str, catalogue: list) -> str | None:
+    """Why `function` lacks a public 16-bit case that can catch computing in 16 bits, or None (also
+    when it takes no float tensor). The message says what to add: a case with every float tensor
+    argument in bfloat16, and its hidden counterpart."""
+    adapter = ADAPTERS[function]
+    if not adapter.float_args:
+        return None
+    if any(_low_precision_size(s) >= LOW_PRECISION_ELEMENTS for s in public(function, catalogue)):
+        return None
+    example = ", ".join(f"{a}={_example_of(a, adapter.signature.parameters[a].annotation)}" for a in adapter.float_args)
+    return (f"no public float16/bfloat16 case with {LOW_PRECISION_ELEMENTS} or more elements in one 16-bit tensor, "
+            f"so computing in 16 bits (which the 1-ulp judgement catches) could pass in public. Add one with "
+            f"every float tensor in 16 bits, e.g. case({function!r}, \"bf16\", \"bfloat16 inputs: float32 inside, "
+            f"rounded once\", <its other arguments>, {example}), and a hidden one with other sizes (hidden=True)")
+
+
+def _example_of(name: str, annotation) -> str:
+    if annotation == dict[str, torch.Tensor]:
+        return "<its weights helper>(..., dtype=\"bfloat16\")"
+    dims = _dims(annotation)
+    shape = ", ".join(d for d in dims if d != "...") or "16, 32"
+    return f"normal({shape}, dtype=\"bfloat16\")"

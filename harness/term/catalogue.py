@@ -100,35 +100,35 @@ def given(values) -> Gen:
     return Gen("given", params={"values": values})
 
 
-def weight(d_out, d_in) -> Gen:
-    """A [d_out, d_in] matrix scaled so activations stay near unit size."""
-    return normal(d_out, d_in, scale=d_in ** -0.5, grid=True)
+def weight(d_out, d_in, dtype="float32") -> Gen:
+    """A [d_out, d_in] matrix scaled so activations stay near unit size (float32: on the grid)."""
+    return normal(d_out, d_in, scale=d_in ** -0.5, dtype=dtype, grid=dtype == "float32")
 
 
-def gain(d) -> Gen:
+def gain(d, dtype="float32") -> Gen:
     """RMSNorm gains that are not 1, so an ignored gain shows."""
-    return normal(d, scale=0.3, offset=1.0)
+    return normal(d, scale=0.3, offset=1.0, dtype=dtype)
 
 
-def block_weights(d, d_ff) -> dict[str, Gen]:
-    return _weights(block_weight_shapes(d, d_ff))
+def block_weights(d, d_ff, dtype="float32") -> dict[str, Gen]:
+    return _weights(block_weight_shapes(d, d_ff), dtype)
 
 
-def lm_weights(vocab, d, layers, d_ff) -> dict[str, Gen]:
-    return _weights(lm_weight_shapes(vocab, d, layers, d_ff))
+def lm_weights(vocab, d, layers, d_ff, dtype="float32") -> dict[str, Gen]:
+    return _weights(lm_weight_shapes(vocab, d, layers, d_ff), dtype)
 
 
-def gpt2_block_weights(d, d_ff) -> dict[str, Gen]:
-    return _weights(gpt2_block_weight_shapes(d, d_ff))
+def gpt2_block_weights(d, d_ff, dtype="float32") -> dict[str, Gen]:
+    return _weights(gpt2_block_weight_shapes(d, d_ff), dtype)
 
 
-def gpt2_lm_weights(vocab, context, d, layers, d_ff) -> dict[str, Gen]:
-    return _weights(gpt2_lm_weight_shapes(vocab, context, d, layers, d_ff))
+def gpt2_lm_weights(vocab, context, d, layers, d_ff, dtype="float32") -> dict[str, Gen]:
+    return _weights(gpt2_lm_weight_shapes(vocab, context, d, layers, d_ff), dtype)
 
 
-def bias(d) -> Gen:
+def bias(d, dtype="float32") -> Gen:
     """Biases that are not 0, so a dropped bias shows."""
-    return normal(d, scale=0.3)
+    return normal(d, scale=0.3, dtype=dtype)
 
 
 # Near one-hot attention makes float32 gradients drift by about 1e-5 from the float64 answer;
@@ -145,10 +145,11 @@ def sharp(weights: dict[str, Gen], prefix: str = "") -> dict[str, Gen]:
     return {k: normal(*g.shape, scale=2.0) if k in keys else g for k, g in weights.items()}
 
 
-def _weights(shapes: dict) -> dict[str, Gen]:
-    """Random non-unit weights for the contract's state-dict shapes."""
-    return {key: (bias if key.endswith(".bias") else gain)(*shape) if len(shape) == 1
-            else normal(*shape, grid=True) if "embeddings" in key else weight(*shape) for key, shape in shapes.items()}
+def _weights(shapes: dict, dtype: str = "float32") -> dict[str, Gen]:
+    """Random non-unit weights for the contract's state-dict shapes, all of `dtype`."""
+    return {key: (bias if key.endswith(".bias") else gain)(*shape, dtype=dtype) if len(shape) == 1
+            else normal(*shape, dtype=dtype, grid=dtype == "float32") if "embeddings" in key
+            else weight(*shape, dtype=dtype) for key, shape in shapes.items()}
 
 
 @dataclass(frozen=True)
@@ -279,6 +280,10 @@ UNIT_2_1 = [
          vocab_size=5, d_model=4, weights=normal(5, 4), token_ids=given([[2, 0, 2], [2, 2, 4]])),
     case("run_embedding", "boundary-ids", "ids 0 and vocab_size-1, batch 3 != seq 1",
          vocab_size=9, d_model=6, weights=normal(9, 6), token_ids=given([[0], [8], [0]])),
+    case("run_embedding", "bf16-table", "a bfloat16 table [40, 12]: rows come back bit-exact, in bfloat16",
+         vocab_size=40, d_model=12, weights=normal(40, 12, dtype="bfloat16"), token_ids=ints(3, 5, high=40)),
+    case("run_embedding", "hidden-fp16-table", "", hidden=True,
+         vocab_size=60, d_model=10, weights=normal(60, 10, dtype="float16"), token_ids=ints(4, 7, high=60)),
     case("run_embedding", "hidden-wide", "wide table, 2-D ids", hidden=True,
          vocab_size=300, d_model=24, weights=normal(300, 24), token_ids=ints(3, 11, high=300)),
     raises("run_embedding", "negative-id", "token id -1 (plain indexing would wrap it to the last row)",
@@ -299,6 +304,10 @@ UNIT_2_1 = [
          token_positions=given([[[0, 3, 3, 31], [7, 1, 9, 2]], [[5, 5, 5, 5], [30, 20, 10, 0]]])),
     case("run_learned_positions", "random-4d", "random positions shaped [2, 1, 3, 5]",
          context_length=20, d_model=4, weights=normal(20, 4), token_positions=ints(2, 1, 3, 5, high=20)),
+    case("run_learned_positions", "fp16-table", "a float16 table [24, 12]: rows come back bit-exact, in float16",
+         context_length=24, d_model=12, weights=normal(24, 12, dtype="float16"), token_positions=ints(3, 7, high=24)),
+    case("run_learned_positions", "hidden-bf16-table", "", hidden=True,
+         context_length=30, d_model=12, weights=normal(30, 12, dtype="bfloat16"), token_positions=ints(2, 9, high=30)),
     case("run_learned_positions", "hidden-offset", "offset positions", hidden=True,
          context_length=64, d_model=8, weights=normal(64, 8), token_positions=given([[40, 41, 42], [60, 61, 63]])),
     raises("run_learned_positions", "position-equals-context", "position == context_length",
@@ -337,6 +346,12 @@ UNIT_2_1 = [
          equal=("context_length=seq",),
          vocab_size=11, context_length=6, d_model=4, token_weights=normal(11, 4),
          position_weights=normal(6, 4), token_ids=ints(2, 6, high=11)),
+    case("run_embed_with_positions", "bf16-learned", "bfloat16 tables: the sum rounded once, in bfloat16",
+         vocab_size=36, context_length=12, d_model=8, token_weights=normal(36, 8, dtype="bfloat16"),
+         position_weights=normal(12, 8, dtype="bfloat16"), token_ids=ints(3, 7, high=36)),
+    case("run_embed_with_positions", "hidden-fp16-learned", "", hidden=True,
+         vocab_size=36, context_length=10, d_model=12, token_weights=normal(36, 12, dtype="float16"),
+         position_weights=normal(10, 12, dtype="float16"), token_ids=ints(2, 9, high=36)),
     case("run_embed_with_positions", "hidden-learned", "learned positions", hidden=True,
          vocab_size=30, context_length=10, d_model=6, token_weights=normal(30, 6),
          position_weights=normal(10, 6), token_ids=ints(4, 7, high=30)),
@@ -387,6 +402,10 @@ UNIT_2_2 = [
          d_in=8, d_out=6, weights=weight(6, 8), in_features=normal(3, 5, 8, layout="heads")),
     case("run_linear", "d-in-12", "x [3, 12], d_in=12 -> d_out=5",
          d_in=12, d_out=5, weights=weight(5, 12), in_features=normal(3, 12)),
+    case("run_linear", "bf16", "bfloat16 x [10, 64] and W [48, 64]: the float32 product rounded once, in bfloat16",
+         d_in=64, d_out=48, weights=weight(48, 64, dtype="bfloat16"), in_features=normal(10, 64, dtype="bfloat16")),
+    case("run_linear", "hidden-fp16", "", hidden=True,
+         d_in=40, d_out=56, weights=weight(56, 40, dtype="float16"), in_features=normal(2, 7, 40, dtype="float16")),
     case("run_linear", "hidden-wide", "", hidden=True,
          d_in=16, d_out=12, weights=weight(12, 16), in_features=normal(3, 5, 16)),
 
@@ -401,6 +420,11 @@ UNIT_2_2 = [
          in_features=given([[0.1, -0.3, 0.5, 0.2, -1.0], [1000.0, 1001.5, 999.2, 1000.7, 998.9]]), dim=-1),
     case("run_softmax", "spread-300", "one row spans 300: exp(x - mean) overflows, only the row max bounds exp by 1",
          in_features=given([[0.5, -150.0, 10.0, 150.0, -5.0], [300.0, 0.0, 1.0, -2.0, 0.0]]), dim=-1),
+    # Few keys a row, so most probabilities are large: where they are tiny, float32 rounding (the slack of
+    # the 1-ulp judgement) would hide a softmax computed in 16 bits.
+    case("run_softmax", "fp16", "float16 [48, 12], |x| up to about 6: computed in float32, rounded once",
+         in_features=normal(48, 12, scale=2.0, dtype="float16"), dim=-1),
+    case("run_softmax", "hidden-bf16", "", hidden=True, in_features=normal(10, 40, scale=2.0, dtype="bfloat16"), dim=0),
     case("run_softmax", "hidden-offset", "", hidden=True,
          in_features=normal(3, 4, scale=5.0, offset=1000.0), dim=-2),
 
@@ -409,6 +433,9 @@ UNIT_2_2 = [
     case("run_silu", "1d", "[9]", in_features=normal(9, scale=3.0)),
     case("run_silu", "spread-large", "|x| up to hundreds: 1 / (1 + exp(-x)) overflows (use torch.sigmoid)",
          in_features=normal(3, 7, scale=60.0)),
+    case("run_silu", "bf16", "bfloat16 [16, 40]: the output stays bfloat16",
+         in_features=normal(16, 40, scale=3.0, dtype="bfloat16")),
+    case("run_silu", "hidden-fp16", "", hidden=True, in_features=normal(12, 50, scale=3.0, dtype="float16")),
     case("run_silu", "hidden-4d", "", hidden=True, in_features=normal(2, 1, 2, 3, scale=3.0)),
 
     # ---- run_scaled_dot_product_attention: d_v != d_k, queries != keys, masks
@@ -430,6 +457,11 @@ UNIT_2_2 = [
     case("run_scaled_dot_product_attention", "sharp-scores", "Q, K scaled by 8: scores span hundreds inside one row",
          tolerance=SHARP,
          Q=normal(2, 3, 6, scale=8.0), K=normal(2, 4, 6, scale=8.0), V=normal(2, 4, 5), mask=None),
+    case("run_scaled_dot_product_attention", "fp16", "float16 Q [2, 3, 24, 16], K [2, 3, 20, 16], V [2, 3, 20, 12], "
+         "random mask: scores and softmax in float32", Q=normal(2, 3, 24, 16, dtype="float16"),
+         K=normal(2, 3, 20, 16, dtype="float16"), V=normal(2, 3, 20, 12, dtype="float16"), mask=mask(2, 3, 24, 20)),
+    case("run_scaled_dot_product_attention", "hidden-bf16", "", hidden=True, Q=normal(3, 18, 12, dtype="bfloat16"),
+         K=normal(3, 22, 12, dtype="bfloat16"), V=normal(3, 22, 10, dtype="bfloat16"), mask=None),
     case("run_scaled_dot_product_attention", "hidden-mixed", "", hidden=True,
          Q=normal(3, 6, 5), K=normal(3, 7, 5), V=normal(3, 7, 3), mask=mask(3, 6, 7)),
 
@@ -469,6 +501,14 @@ UNIT_2_2 = [
     case("run_multihead_self_attention", "sharp-scores", "x [2, 5, 12], 3 heads; large Wq, Wk: scores span hundreds",
          tolerance=SHARP, d_model=12, num_heads=3, q_proj_weight=normal(12, 12, scale=2.0), k_proj_weight=normal(12, 12, scale=2.0),
          v_proj_weight=weight(12, 12), o_proj_weight=weight(12, 12), in_features=normal(2, 5, 12)),
+    case("run_multihead_self_attention", "bf16", "bfloat16 x [2, 20, 48] and weights, 4 heads: float32 throughout",
+         d_model=48, num_heads=4, q_proj_weight=weight(48, 48, dtype="bfloat16"),
+         k_proj_weight=weight(48, 48, dtype="bfloat16"), v_proj_weight=weight(48, 48, dtype="bfloat16"),
+         o_proj_weight=weight(48, 48, dtype="bfloat16"), in_features=normal(2, 20, 48, dtype="bfloat16")),
+    case("run_multihead_self_attention", "hidden-fp16", "", hidden=True,
+         d_model=40, num_heads=5, q_proj_weight=weight(40, 40, dtype="float16"),
+         k_proj_weight=weight(40, 40, dtype="float16"), v_proj_weight=weight(40, 40, dtype="float16"),
+         o_proj_weight=weight(40, 40, dtype="float16"), in_features=normal(3, 16, 40, dtype="float16")),
     case("run_multihead_self_attention", "hidden-heads-3", "", hidden=True,
          d_model=12, num_heads=3, q_proj_weight=weight(12, 12), k_proj_weight=weight(12, 12),
          v_proj_weight=weight(12, 12), o_proj_weight=weight(12, 12), in_features=normal(2, 5, 12)),
@@ -492,6 +532,11 @@ UNIT_2_5 = [
     case("run_rope", "head-split-view", "x [2, 3, 5, 8] is a head-split view (batch, heads, seq, d_k), positions [2, 1, 5]",
          tolerance=rope_tolerance, d_k=8, theta=10000.0, max_seq_len=64, in_query_or_key=normal(2, 3, 5, 8, layout="heads"),
          token_positions=given([[[4, 9, 9, 0, 31]], [[50, 2, 7, 63, 1]]])),
+    case("run_rope", "fp16", "float16 x [3, 20, 32], positions up to 200: rotated in float32, rounded once",
+         d_k=32, theta=10000.0, max_seq_len=256, in_query_or_key=normal(3, 20, 32, dtype="float16"),
+         token_positions=ints(3, 20, high=200)),
+    case("run_rope", "hidden-bf16", "", hidden=True, d_k=24, theta=10000.0, max_seq_len=128,
+         in_query_or_key=normal(2, 18, 24, dtype="bfloat16"), token_positions=ints(2, 18, high=128)),
     case("run_rope", "hidden-offset", "", hidden=True, tolerance=rope_tolerance,
          d_k=12, theta=10000.0, max_seq_len=128, in_query_or_key=normal(2, 4, 12),
          token_positions=given([[64, 65, 66, 67], [3, 1, 4, 1]])),
@@ -519,6 +564,16 @@ UNIT_2_5 = [
          q_proj_weight=normal(12, 12, scale=2.0), k_proj_weight=normal(12, 12, scale=2.0),
          v_proj_weight=weight(12, 12), o_proj_weight=weight(12, 12), in_features=normal(2, 5, 12),
          token_positions=given([3, 0, 7, 7, 12])),
+    case("run_multihead_self_attention_with_rope", "bf16", "bfloat16 x [2, 18, 40] and weights, 5 heads: float32 "
+         "throughout", d_model=40, num_heads=5, max_seq_len=64, theta=10000.0,
+         q_proj_weight=weight(40, 40, dtype="bfloat16"), k_proj_weight=weight(40, 40, dtype="bfloat16"),
+         v_proj_weight=weight(40, 40, dtype="bfloat16"), o_proj_weight=weight(40, 40, dtype="bfloat16"),
+         in_features=normal(2, 18, 40, dtype="bfloat16"), token_positions=ints(2, 18, high=64)),
+    case("run_multihead_self_attention_with_rope", "hidden-fp16", "", hidden=True,
+         d_model=48, num_heads=4, max_seq_len=32, theta=10000.0,
+         q_proj_weight=weight(48, 48, dtype="float16"), k_proj_weight=weight(48, 48, dtype="float16"),
+         v_proj_weight=weight(48, 48, dtype="float16"), o_proj_weight=weight(48, 48, dtype="float16"),
+         in_features=normal(3, 14, 48, dtype="float16"), token_positions=None),
     case("run_multihead_self_attention_with_rope", "hidden-positions", "", hidden=True,
          tolerance=rope_tolerance, d_model=12, num_heads=3, max_seq_len=64, theta=1000.0,
          q_proj_weight=weight(12, 12), k_proj_weight=weight(12, 12), v_proj_weight=weight(12, 12),
@@ -548,6 +603,8 @@ MODEL = [
     case("run_rmsnorm", "bf16-d12-eps-1e-3", "bfloat16 x [4, 6, 12], eps=1e-3: within 1 ulp of float32 rounded once",
          d_model=12, eps=1e-3, weights=normal(12, scale=0.3, offset=1.0, dtype="bfloat16"),
          in_features=normal(4, 6, 12, dtype="bfloat16")),
+    case("run_rmsnorm", "hidden-fp16-wide", "", hidden=True, d_model=48, eps=1e-5,
+         weights=gain(48, dtype="float16"), in_features=normal(10, 48, dtype="float16")),
     case("run_rmsnorm", "hidden-wide", "", hidden=True,
          d_model=16, eps=1e-6, weights=gain(16), in_features=normal(2, 4, 16, scale=0.5)),
 
@@ -563,6 +620,12 @@ MODEL = [
     case("run_swiglu", "large-gate", "d_model=6, d_ff=10, large W1: SiLU's input spans hundreds",
          d_model=6, d_ff=10, w1_weight=normal(10, 6, scale=30.0), w2_weight=weight(6, 10), w3_weight=weight(10, 6),
          in_features=normal(3, 6)),
+    case("run_swiglu", "bf16", "bfloat16 x [12, 32] and weights, d_ff=80: float32 throughout, rounded once",
+         d_model=32, d_ff=80, w1_weight=weight(80, 32, dtype="bfloat16"), w2_weight=weight(32, 80, dtype="bfloat16"),
+         w3_weight=weight(80, 32, dtype="bfloat16"), in_features=normal(12, 32, dtype="bfloat16")),
+    case("run_swiglu", "hidden-fp16", "", hidden=True,
+         d_model=24, d_ff=64, w1_weight=weight(64, 24, dtype="float16"), w2_weight=weight(24, 64, dtype="float16"),
+         w3_weight=weight(64, 24, dtype="float16"), in_features=normal(2, 9, 24, dtype="float16")),
     case("run_swiglu", "hidden-4d", "", hidden=True,
          d_model=8, d_ff=16, w1_weight=weight(16, 8), w2_weight=weight(8, 16), w3_weight=weight(16, 8),
          in_features=normal(2, 2, 2, 8)),
@@ -577,6 +640,12 @@ MODEL = [
     case("run_transformer_block", "theta-500-sharp", "theta=500, 3 heads of 4; large Wq, Wk: scores span hundreds",
          tolerance=SHARP_NORMED, d_model=12, num_heads=3, d_ff=20, max_seq_len=10, theta=500.0,
          weights=sharp(block_weights(12, 20), "attn."), in_features=normal(2, 7, 12)),
+    case("run_transformer_block", "bf16", "bfloat16 x [2, 14, 32] and weights, 4 heads, d_ff=72: float32 throughout",
+         d_model=32, num_heads=4, d_ff=72, max_seq_len=16, theta=10000.0,
+         weights=block_weights(32, 72, dtype="bfloat16"), in_features=normal(2, 14, 32, dtype="bfloat16")),
+    case("run_transformer_block", "hidden-fp16", "", hidden=True,
+         d_model=24, num_heads=3, d_ff=56, max_seq_len=12, theta=10000.0,
+         weights=block_weights(24, 56, dtype="float16"), in_features=normal(2, 10, 24, dtype="float16")),
     case("run_transformer_block", "hidden-block", "", hidden=True,
          d_model=12, num_heads=3, d_ff=16, max_seq_len=8, theta=1000.0,
          weights=block_weights(12, 16), in_features=normal(2, 5, 12)),
@@ -592,6 +661,12 @@ MODEL = [
          tolerance=SHARP_NORMED, vocab_size=36, context_length=10, d_model=16, num_layers=1, num_heads=2,
          d_ff=28, rope_theta=500.0, weights=sharp(lm_weights(36, 16, 1, 28), "layers.0.attn."),
          in_indices=ints(3, 6, high=36)),
+    case("run_transformer_lm", "bf16", "bfloat16 weights, V=48, d_model=24, 1 layer, 3 heads: float32 throughout, "
+         "the logits rounded once", vocab_size=48, context_length=16, d_model=24, num_layers=1, num_heads=3,
+         d_ff=40, rope_theta=10000.0, weights=lm_weights(48, 24, 1, 40, dtype="bfloat16"), in_indices=ints(2, 12, high=48)),
+    case("run_transformer_lm", "hidden-fp16", "", hidden=True, vocab_size=40, context_length=12, d_model=16,
+         num_layers=1, num_heads=2, d_ff=36, rope_theta=10000.0, weights=lm_weights(40, 16, 1, 36, dtype="float16"),
+         in_indices=ints(3, 10, high=40)),
     case("run_transformer_lm", "hidden-lm", "", hidden=True, tolerance=(1e-4, 1e-4),
          vocab_size=30, context_length=8, d_model=12, num_layers=1, num_heads=3, d_ff=20, rope_theta=500.0,
          weights=lm_weights(30, 12, 1, 20), in_indices=ints(2, 7, high=30)),
@@ -618,6 +693,11 @@ GPT2 = [
          tolerance=(1e-2, 1.6e-2), d_model=8, weight=gain(8), bias=bias(8), in_features=normal(3, 8, dtype="bfloat16")),
     case("run_layernorm", "noncontiguous-3d", "x [3, 5, 8] is a view with its first two axes swapped",
          d_model=8, weight=gain(8), bias=bias(8), in_features=normal(3, 5, 8, layout="heads")),
+    case("run_layernorm", "fp16-wide", "float16 x [8, 64], weight and bias: normalise and apply the affine in float32",
+         d_model=64, weight=gain(64, dtype="float16"), bias=bias(64, dtype="float16"),
+         in_features=normal(8, 64, scale=2.0, dtype="float16")),
+    case("run_layernorm", "hidden-bf16-wide", "", hidden=True, d_model=48, weight=gain(48, dtype="bfloat16"),
+         bias=bias(48, dtype="bfloat16"), in_features=normal(2, 6, 48, scale=2.0, dtype="bfloat16")),
     case("run_layernorm", "hidden-wide", "", hidden=True,
          d_model=16, eps=1e-6, weight=gain(16), bias=bias(16), in_features=normal(2, 4, 16, scale=0.5)),
 
@@ -625,6 +705,10 @@ GPT2 = [
     case("run_gelu", "3d", "[2, 3, 4], exact", in_features=normal(2, 3, 4, scale=3.0)),
     case("run_gelu", "tanh-1d", "[9], approximate='tanh'", in_features=normal(9, scale=3.0), approximate="tanh"),
     case("run_gelu", "wide-range", "[5, 7], |x| up to about 20", in_features=normal(5, 7, scale=8.0)),
+    case("run_gelu", "fp16", "float16 [16, 48], |x| up to about 10: computed in float32, rounded once",
+         in_features=normal(16, 48, scale=3.0, dtype="float16")),
+    case("run_gelu", "hidden-bf16-tanh", "", hidden=True, in_features=normal(20, 30, scale=3.0, dtype="bfloat16"),
+         approximate="tanh"),
     case("run_gelu", "hidden-4d", "", hidden=True, in_features=normal(2, 1, 2, 3, scale=3.0)),
     raises("run_gelu", "unknown-approximate", "approximate='sigmoid' is neither 'none' nor 'tanh'",
            in_features=normal(4), approximate="sigmoid"),
@@ -639,6 +723,14 @@ GPT2 = [
     case("run_gpt2_mlp", "noncontiguous", "x is a transposed view [6, 8]",
          d_model=8, d_ff=12, c_fc_weight=weight(12, 8), c_fc_bias=bias(12), c_proj_weight=weight(8, 12),
          c_proj_bias=bias(8), in_features=normal(6, 8, layout="transposed")),
+    case("run_gpt2_mlp", "bf16", "bfloat16 x [10, 24], weights and biases, d_ff=64: float32 throughout, rounded once",
+         d_model=24, d_ff=64, c_fc_weight=weight(64, 24, dtype="bfloat16"), c_fc_bias=bias(64, dtype="bfloat16"),
+         c_proj_weight=weight(24, 64, dtype="bfloat16"), c_proj_bias=bias(24, dtype="bfloat16"),
+         in_features=normal(10, 24, dtype="bfloat16")),
+    case("run_gpt2_mlp", "hidden-fp16", "", hidden=True,
+         d_model=20, d_ff=72, c_fc_weight=weight(72, 20, dtype="float16"), c_fc_bias=bias(72, dtype="float16"),
+         c_proj_weight=weight(20, 72, dtype="float16"), c_proj_bias=bias(20, dtype="float16"),
+         in_features=normal(2, 7, 20, dtype="float16")),
     case("run_gpt2_mlp", "hidden-wide", "", hidden=True,
          d_model=12, d_ff=40, c_fc_weight=weight(40, 12), c_fc_bias=bias(40), c_proj_weight=weight(12, 40),
          c_proj_bias=bias(12), in_features=normal(2, 5, 12)),
@@ -667,6 +759,15 @@ GPT2 = [
          tolerance=rope_tolerance, d_model=32, num_heads=4, num_kv_heads=2, q_proj_weight=weight(32, 32),
          k_proj_weight=weight(16, 32), v_proj_weight=weight(16, 32), o_proj_weight=weight(32, 32),
          in_features=normal(3, 1, 6, 32), theta=10000.0, max_seq_len=24, token_positions=None),
+    case("run_grouped_query_attention", "fp16", "float16 x [3, 12, 32] and weights, 4 query heads, 2 kv heads: "
+         "float32 throughout", d_model=32, num_heads=4, num_kv_heads=2, q_proj_weight=weight(32, 32, dtype="float16"),
+         k_proj_weight=weight(16, 32, dtype="float16"), v_proj_weight=weight(16, 32, dtype="float16"),
+         o_proj_weight=weight(32, 32, dtype="float16"), in_features=normal(3, 12, 32, dtype="float16")),
+    case("run_grouped_query_attention", "hidden-bf16", "", hidden=True,
+         d_model=40, num_heads=4, num_kv_heads=2, q_proj_weight=weight(40, 40, dtype="bfloat16"),
+         k_proj_weight=weight(20, 40, dtype="bfloat16"), v_proj_weight=weight(20, 40, dtype="bfloat16"),
+         o_proj_weight=weight(40, 40, dtype="bfloat16"), in_features=normal(3, 11, 40, dtype="bfloat16"),
+         theta=10000.0, max_seq_len=16),
     case("run_grouped_query_attention", "hidden-rope", "", hidden=True, tolerance=rope_tolerance,
          d_model=40, num_heads=4, num_kv_heads=2, q_proj_weight=weight(40, 40), k_proj_weight=weight(20, 40),
          v_proj_weight=weight(20, 40), o_proj_weight=weight(40, 40), in_features=normal(3, 7, 40),
@@ -678,6 +779,11 @@ GPT2 = [
     case("run_gpt2_block", "eps-1e-3", "eps=1e-3, 2 heads, batch 3 != seq 5; large Wq, Wk: scores span hundreds",
          tolerance=SHARP_NORMED, d_model=8, num_heads=2, d_ff=20, eps=1e-3, weights=sharp(gpt2_block_weights(8, 20), "attn."),
          in_features=normal(3, 5, 8)),
+    case("run_gpt2_block", "bf16", "bfloat16 x [2, 10, 24] and weights, 3 heads, d_ff=56: float32 throughout",
+         d_model=24, num_heads=3, d_ff=56, weights=gpt2_block_weights(24, 56, dtype="bfloat16"),
+         in_features=normal(2, 10, 24, dtype="bfloat16")),
+    case("run_gpt2_block", "hidden-fp16", "", hidden=True, d_model=20, num_heads=4, d_ff=48,
+         weights=gpt2_block_weights(20, 48, dtype="float16"), in_features=normal(3, 9, 20, dtype="float16")),
     case("run_gpt2_block", "hidden-block", "", hidden=True,
          d_model=12, num_heads=3, d_ff=16, weights=gpt2_block_weights(12, 16), in_features=normal(2, 5, 12)),
 
@@ -688,6 +794,11 @@ GPT2 = [
     case("run_gpt2_lm", "truncated", "one layer, ids [2, 5]: fewer tokens than context_length=10; large Wq, Wk",
          tolerance=SHARP_NORMED, vocab_size=30, context_length=10, d_model=12, num_layers=1, num_heads=3, d_ff=20,
          weights=sharp(gpt2_lm_weights(30, 10, 12, 1, 20), "layers.0.attn."), in_indices=ints(2, 5, high=30)),
+    case("run_gpt2_lm", "bf16", "bfloat16 weights, V=40, T=14, d_model=16, 1 layer, 2 heads: float32 throughout, "
+         "the logits rounded once", vocab_size=40, context_length=14, d_model=16, num_layers=1, num_heads=2, d_ff=36,
+         weights=gpt2_lm_weights(40, 14, 16, 1, 36, dtype="bfloat16"), in_indices=ints(3, 10, high=40)),
+    case("run_gpt2_lm", "hidden-fp16", "", hidden=True, vocab_size=36, context_length=12, d_model=24, num_layers=1,
+         num_heads=3, d_ff=40, weights=gpt2_lm_weights(36, 12, 24, 1, 40, dtype="float16"), in_indices=ints(2, 9, high=36)),
     case("run_gpt2_lm", "hidden-lm", "", hidden=True, tolerance=(1e-4, 1e-4),
          vocab_size=25, context_length=9, d_model=8, num_layers=1, num_heads=2, d_ff=12,
          weights=gpt2_lm_weights(25, 9, 8, 1, 12), in_indices=ints(3, 7, high=25)),
@@ -728,6 +839,23 @@ ACCOUNTING = [
     case("run_gpt2_accounting", "hidden-xl", "", hidden=True,
          vocab_size=50257, context_length=1024, d_model=1600, num_layers=48, num_heads=25, d_ff=6400,
          batch_size=3, kv_cache_dtype="bfloat16"),
+    case("run_training_accounting", "gpt2-small-fp32", "GPT-2 small shape, 8 sequences, everything in float32 "
+         "(16 bytes a parameter)", vocab_size=50257, context_length=1024, d_model=768, num_layers=12, num_heads=12,
+         d_ff=3072, batch_size=8, param_dtype="float32", optimizer_dtype="float32"),
+    case("run_training_accounting", "gpt2-xl-bf16", "GPT-2 XL shape, 4 sequences, bfloat16 parameters and gradients, "
+         "float32 moments", vocab_size=50257, context_length=1024, d_model=1600, num_layers=48, num_heads=25,
+         d_ff=6400, batch_size=4, param_dtype="bfloat16", optimizer_dtype="float32"),
+    case("run_training_accounting", "tinystories-bf16-moments", "TinyStories shape, 32 sequences, float32 parameters, "
+         "bfloat16 moments", vocab_size=10000, context_length=256, d_model=512, num_layers=4, num_heads=16,
+         d_ff=1344, batch_size=32, param_dtype="float32", optimizer_dtype="bfloat16"),
+    case("run_training_accounting", "fixture-lm", "the config of the run_transformer_lm fixtures, one sequence, "
+         "the default dtypes", vocab_size=40, context_length=12, d_model=24, num_layers=2, num_heads=4, d_ff=36),
+    case("run_training_accounting", "hidden-xl-like", "", hidden=True,
+         vocab_size=50304, context_length=2048, d_model=1280, num_layers=36, num_heads=20, d_ff=5120,
+         batch_size=16, param_dtype="float16", optimizer_dtype="float32"),
+    case("run_training_accounting", "hidden-small-like", "", hidden=True,
+         vocab_size=32000, context_length=512, d_model=640, num_layers=8, num_heads=10, d_ff=2560,
+         batch_size=12, param_dtype="float32", optimizer_dtype="float32"),
 ]
 
 # Train it: the loss, clipping, batches, checkpoints.
