@@ -1219,9 +1219,9 @@ class _FusedQKV(attention.MultiHeadSelfAttention):
     split, mask_from_positions = "(three h e)", False
 
     def forward(self, x, token_positions=None):
-        seq, h = x.shape[-2], self.num_heads
-        fused = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
-        q, k, v = rearrange(x @ fused.T, f"... s {self.split} -> three ... h s e", three=3, h=h)
+        seq, h, wide = x.shape[-2], self.num_heads, attention.widen(x)  # float32 inside, rounded once
+        fused = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]).to(wide.dtype)
+        q, k, v = rearrange(wide @ fused.T, f"... s {self.split} -> three ... h s e", three=3, h=h)
         if token_positions is None:
             token_positions = torch.arange(seq, device=x.device)
         if self.rope is not None:
@@ -1231,7 +1231,7 @@ class _FusedQKV(attention.MultiHeadSelfAttention):
         else:
             mask = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
         out = attention.scaled_dot_product_attention(q, k, v, mask)
-        return self.output_proj(rearrange(out, "... h s e -> ... s (h e)"))
+        return self.output_proj(rearrange(out, "... h s e -> ... s (h e)")).to(x.dtype)
 
 
 class _LayerNormFixedEps(_LayerNorm):
