@@ -39,7 +39,10 @@ class Gen:
         elif self.kind == "mask":
             t = torch.rand(self.shape, generator=g) < 0.5
             # Every query keeps at least one key: fully masked rows are undefined.
-            keep = torch.randint(0, self.shape[-1], self.shape[:-1], generator=g)
+            visible = self.shape[-1] - p.get("padded", 0)
+            if p.get("padded"):
+                t[..., visible:] = False
+            keep = torch.randint(0, visible, self.shape[:-1], generator=g)
             t.scatter_(-1, keep[..., None], True)
         elif self.kind == "sparse":  # mostly zeros, as an embedding table's gradient is
             t = torch.randn(self.shape, generator=g) * p["scale"] * (torch.rand(self.shape, generator=g) < p["density"])
@@ -80,9 +83,10 @@ def ints(*shape, high, low=0) -> Gen:
     return Gen("ints", shape, {"low": low, "high": high})
 
 
-def mask(*shape) -> Gen:
-    """A random boolean attention mask [..., queries, keys] with no fully masked row."""
-    return Gen("mask", shape)
+def mask(*shape, padded: int = 0) -> Gen:
+    """A random boolean attention mask [..., queries, keys] with no fully masked row; `padded`: the last
+    keys are hidden from every query, as padding is (a key column all False)."""
+    return Gen("mask", shape, {"padded": padded} if padded else {})
 
 
 def sparse(*shape, density=0.2, scale=1.0) -> Gen:
@@ -452,6 +456,8 @@ UNIT_2_2 = [
          V=normal(2, 3, 6, 7, layout="heads"), mask=mask(2, 3, 5, 6)),
     case("run_scaled_dot_product_attention", "no-batch", "Q [3, 4], K [5, 4], V [5, 2], no leading dims",
          Q=normal(3, 4), K=normal(5, 4), V=normal(5, 2), mask=mask(3, 5)),
+    case("run_scaled_dot_product_attention", "padded-keys", "the last 2 of 7 keys are padding: no query sees them",
+         Q=normal(2, 4, 6), K=normal(2, 7, 6), V=normal(2, 7, 3), mask=mask(2, 4, 7, padded=2)),
     case("run_scaled_dot_product_attention", "noncontiguous-k", "K is a transposed view; 6 queries, 4 keys",
          Q=normal(6, 8), K=normal(4, 8, layout="transposed"), V=normal(4, 3), mask=None),
     case("run_scaled_dot_product_attention", "sharp-scores", "Q, K scaled by 8: scores span hundreds inside one row",
