@@ -4,7 +4,7 @@ In grading, a submission's run_transformer_lm runs in its worker, so a held-out 
 it would rest on the submission's own word. The driver computes it with this instead: the
 contract's LM (run_transformer_lm: pre-norm blocks, RMSNorm, RoPE on adjacent pairs, causal
 attention, SwiGLU, an untied head), plain torch, no student code and no reference package (which
-the Gradescope zip leaves out). selftest/test_train_it.py holds it to the term's
+the Gradescope zip leaves out). selftest/test_training_judged.py holds it to the term's
 run_transformer_lm fixtures.
 """
 
