@@ -1791,7 +1791,7 @@ def run_get_lr_cosine_schedule(
 @adapter("train", "optimizer", """
     return torch.tensor([float(impl.optimizer.lr_cosine_schedule(it, max_learning_rate, min_learning_rate, warmup_iters,
                                                                  cosine_cycle_iters)) for it in range(num_iters)])
-""", points=3, tolerance=(1e-9, 1e-6))
+""", points=3, tolerance=(1e-7, 1e-6))
 def run_lr_schedule(
     max_learning_rate: float,
     min_learning_rate: float,
@@ -1802,7 +1802,7 @@ def run_lr_schedule(
     """run_get_lr_cosine_schedule at every iteration 0 .. num_iters - 1, as float32 (num_iters >
     cosine_cycle_iters + 1, so every boundary is in: 0, warmup_iters - 1, warmup_iters,
     cosine_cycle_iters, cosine_cycle_iters + 1 and beyond). Exact at the boundaries: within
-    1e-6 of each value."""
+    1e-7 + 1e-6 x each value (a cosine in float32 rounds to about 6e-8 of max_learning_rate)."""
 
 
 @adapter("train", "training", """

@@ -19,8 +19,8 @@ MARKER = "6061"  # the hostile submissions' `sleep 6061` children
 
 # name -> (start from, file to edit, old, new): honest work and known mistakes
 EDITED = {
-    "half_split_rope": ("rope.py", "even, odd = x[..., 0::2], x[..., 1::2]",
-                        "even, odd = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]"),
+    "half_split_rope": ("rope.py", "even, odd = wide[..., 0::2], wide[..., 1::2]",
+                        "even, odd = wide[..., : x.shape[-1] // 2], wide[..., x.shape[-1] // 2:]"),
     "no_scale": ("attention.py", "/ math.sqrt(Q.shape[-1])", ""),
     "syntax_error": ("attention.py", "def silu(", "def silu(:\ndef _("),
 }

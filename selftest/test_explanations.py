@@ -316,10 +316,13 @@ def test_the_output_is_called_right_only_where_it_is_right_up_to_rounding(submis
     target, _ = submission("gpt2.py", "        return self.c_proj(gelu(self.c_fc(wide), self.approximate)).to(x.dtype)",
                            "        return self.c_proj(torch.nn.functional.gelu(self.c_fc(x), approximate='tanh'))")
     run = run_suite("--adapters", target, "--function", "run_gpt2_lm")
-    gradients = [m for n, m in run.messages.items() if n in run.failed and ":gradient]" in n]
+    gradients = {n: m for n, m in run.messages.items() if n in run.failed and ":gradient]" in n}
     assert gradients, run.messages
-    assert not [m for m in gradients if "the output is right" in m], gradients
-    assert any("The forward computation differs" in m for m in gradients), gradients
+    assert not [m for m in gradients.values() if "the output is right" in m], gradients
+    # Where the case's output passed its tolerance (the term's values decide which do), the report
+    # sends the student to the forward computation.
+    passed_output = [m for n, m in gradients.items() if n.replace(":gradient]", ":output]") not in run.failed]
+    assert all("The forward computation differs" in m for m in passed_output), passed_output
 
 
 def test_a_must_raise_case_names_only_a_mistake_about_raising(submission):

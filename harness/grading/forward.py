@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 def transformer_lm(vocab_size: int, context_length: int, d_model: int, num_layers: int, num_heads: int,
                    d_ff: int, rope_theta: float, weights: dict, in_indices: torch.Tensor) -> torch.Tensor:
-    w = weights
+    w = {k: v.float() for k, v in weights.items()}  # 16-bit weights: float32 inside, rounded once
     seq, d_k = in_indices.shape[-1], d_model // num_heads
     angles = torch.arange(seq, dtype=torch.float64)[:, None] * rope_theta ** (
         -torch.arange(0, d_k, 2, dtype=torch.float64) / d_k)
@@ -39,4 +39,4 @@ def transformer_lm(vocab_size: int, context_length: int, d_model: int, num_layer
         x = x + out.transpose(-2, -3).flatten(-2) @ w[p + "attn.output_proj.weight"].T
         h = norm(x, w[p + "ln2.weight"])
         x = x + (F.silu(h @ w[p + "ffn.w1.weight"].T) * (h @ w[p + "ffn.w3.weight"].T)) @ w[p + "ffn.w2.weight"].T
-    return norm(x, w["ln_final.weight"]) @ w["lm_head.weight"].T
+    return (norm(x, w["ln_final.weight"]) @ w["lm_head.weight"].T).to(weights["lm_head.weight"].dtype)
