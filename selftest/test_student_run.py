@@ -481,3 +481,15 @@ def test_the_suite_runs_on_one_thread_and_gives_the_count_back(monkeypatch):
         assert code == 0 and torch.get_num_threads() == 2, out
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_cascade_folds_on_the_pinned_term():
+    """The pinned term records what uses what (a term built before the record folds nothing); attention
+    without its scale makes the block and the LM fail too, and they say to fix the attention first."""
+    from harness.store import Term
+    from conftest import TERM
+    assert Term(PROJECT, TERM).uses.get("run_transformer_block"), "the pinned term predates the 'uses' record"
+    code, out = pytest_in(PROJECT, "--adapters", "reference.variants:attention_missing_scale")
+    assert code == 1 and re.search(r"^run_transformer_block: \d+ failing cases?; fix run_scaled_dot_product_attention "
+                                   r"first: run_transformer_block uses it", out, re.M), out
+    assert re.search(r"^Likely cause: your output matches attention scores without the 1/sqrt\(d_k\) scale", out, re.M), out
