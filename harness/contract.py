@@ -1580,6 +1580,7 @@ def run_load_checkpoint(
 
 @adapter("train", "training", """
     import io
+    import copy
     import tempfile
 
     class Momentum(torch.optim.Optimizer):  # the harness's own: state to restore, whatever your AdamW does
@@ -1617,11 +1618,25 @@ def run_load_checkpoint(
     with tempfile.TemporaryDirectory() as folder:
         checkpoint = os.path.join(folder, "checkpoint") if to_file else io.BytesIO()
         impl.training.save_checkpoint(model, optimizer, save_at, checkpoint)
-        train(model, optimizer, range(save_at, len(inputs)))  # the run that never stopped
+        saved, saved_optimizer = model, optimizer
+        model, optimizer = fresh(1.0)  # the run that never stopped goes on in a copy of the saved one
+        model.load_state_dict(saved.state_dict())
+        optimizer.load_state_dict(copy.deepcopy(saved_optimizer.state_dict()))
+        with torch.no_grad():  # what is restored must come from the checkpoint, not from the objects saved
+            for p in saved.parameters():
+                p.fill_(float("nan"))
+        saved_optimizer.state.clear()
+        train(model, optimizer, range(save_at, len(inputs)))
         resumed, resumed_optimizer = fresh(0.5)  # other weights and no moments: the checkpoint must restore both
         if not to_file:
             checkpoint.seek(0)
         iteration = impl.training.load_checkpoint(checkpoint, resumed, resumed_optimizer)
+    if iteration != save_at:
+        raise ValueError(f"load_checkpoint returned iteration {iteration!r}; the checkpoint was saved at {save_at}")
+    if not all(bool(p.isfinite().all()) for p in resumed.parameters()):
+        raise ValueError("the weights load_checkpoint restored came from the model object saved, which this drill "
+                         "overwrote (NaN) after saving, not from the checkpoint: write copies of the state "
+                         "(state_dict()) to the file, not references to the live model and optimizer")
     train(resumed, resumed_optimizer, range(iteration, len(inputs)))
     return torch.stack([torch.cat([p.detach().flatten() for p in m.parameters()]) for m in (model, resumed)])
 """, points=2, tolerance=(1e-4, 1e-3), gradients=False)
@@ -1639,8 +1654,10 @@ def run_resume_training(
     targets[i]), with an optimizer of the harness's own (a momentum buffer and a step count per
     parameter, in optimizer.state: what a checkpoint must restore, as it must AdamW's). At
     step save_at your save_checkpoint saves it (to a file with to_file, else to an io.BytesIO), and the
-    run goes on to the last step. A second model, with other weights and a fresh AdamW, is restored by
-    your load_checkpoint and trains from the iteration it returns to the last step.
+    run goes on to the last step, in a copy (the model and optimizer saved are then overwritten: what is
+    restored must come from the checkpoint itself). A second model, with other weights and a fresh
+    optimizer, is restored by your load_checkpoint, which must return save_at, and trains from there
+    to the last step.
 
     Returns the final weights of both runs, flattened: out[0] the run that never stopped, out[1] the
     resumed one. They must be equal bit for bit: model, optimizer state and iteration all restored.

@@ -13,6 +13,8 @@ from harness.grading.grade import MAX_FILE, MAX_TOTAL
 from harness.grading.sandbox import BASE_UID, UID_BLOCK, UID_BLOCKS
 
 FULL = sum(a.points for a in ADAPTERS.values())
+GRADED = {n: a for n, a in ADAPTERS.items() if not a.entry_point}  # an entry point's points are its drills'
+
 HOSTILE = Path(__file__).parent / "hostile"
 CANARY = "HARNESS_CANARY_do_not_leak"
 MARKER = "6061"  # the hostile submissions' `sleep 6061` children
@@ -171,7 +173,7 @@ def hangs_and_exits(dst: Path) -> Path:
 
 def points_per_function(result) -> dict[str, float]:
     """Points per contract function."""
-    scores = dict.fromkeys(ADAPTERS, 0.0)
+    scores = dict.fromkeys(GRADED, 0.0)
     earned = result.scores()
     for t in result.tests:
         scores[t.adapter] += earned[t.id][0]

@@ -114,7 +114,7 @@ def graded(grown, tmp_path_factory):
     subs, out = tmp_path_factory.mktemp("subs"), tmp_path_factory.mktemp("out")
     make = ("from pathlib import Path; from reference.submission import reference_as_student as r; "
             f"r(Path({str(subs / 'reference')!r})); b = r(Path({str(subs / 'syntax')!r})); "
-            "p = b / 'adapters.py'; lines = p.read_text().splitlines(); lines[2] = 'def oops(:'; "
+            "p = b / 'adapters.py'; lines = p.read_text().splitlines(); lines[7] = 'def oops(:'; "
             "p.write_text(chr(10).join(lines) + chr(10))")
     assert python(["-c", make], grown).returncode == 0
     result = python(["-m", "harness", "grade", str(subs / "reference"), str(subs / "syntax"), "--out", str(out),
@@ -141,8 +141,8 @@ def test_a_submission_that_cannot_be_imported_is_named_with_its_file_and_line(gr
     functions: test_grading's syntax_error)."""
     row = graded["rows"]["syntax"]
     assert row["status"] == "import-error" and row["score"] == "0.00", row
-    assert "SyntaxError at adapters.py:3" in row["error"], row
+    assert "SyntaxError at adapters.py:8" in row["error"], row
     results = json.loads((graded["out"] / "syntax" / "results.json").read_text())
-    assert "adapters.py:3" in results["output"]
+    assert "adapters.py:8" in results["output"]
     report = (graded["out"] / "report.html").read_text()
     assert "Could not be imported: 1" in report and "worker died" not in report

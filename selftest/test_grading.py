@@ -34,8 +34,8 @@ from harness.contract import ADAPTERS
 from harness.grading.grade import grade_all
 from harness.grading.sandbox import NOFILE, PIDS, Protections
 from harness.store import Term
-from submissions import (ACCOUNTING_PIECES, ATTACKS, CANARY, EDITED, EDITED_PIECES, EXITS, FULL, KEYRING_SECRET,
-                         LOOKUPS, OWNER, PROBE_MISTAKES, RESOURCE_ATTACKS, TWO_BUGS, bad_archives,
+from submissions import (ACCOUNTING_PIECES, ATTACKS, CANARY, EDITED, EDITED_PIECES, EXITS, FULL, GRADED,
+                         KEYRING_SECRET, LOOKUPS, OWNER, PROBE_MISTAKES, RESOURCE_ATTACKS, TWO_BUGS, bad_archives,
                          copy_stubs, hangs_and_exits, looks_up, points_per_function, survivors, with_attack,
                          with_edits)
 
@@ -113,7 +113,7 @@ def _results_json(graded, name) -> dict:
 def per_function(graded, name) -> dict[str, float]:
     with (graded["out"] / "grades.csv").open() as f:
         row = next(r for r in csv.DictReader(f) if r["submission"] == name)
-    return {fn: float(row[fn]) for fn in ADAPTERS}
+    return {fn: float(row[fn]) for fn in GRADED}
 
 
 # ---------------------------------------------------------------- honest work
@@ -154,12 +154,12 @@ def test_max_scores_add_up_exactly_to_each_functions_points(graded):
     result = graded["results"]["reference"]
     scores = result.scores()
     entries = {t["name"]: t for t in _results_json(graded, "reference")["tests"] if "max_score" in t}
-    for fn, adapter in ADAPTERS.items():
+    for fn, adapter in ((fn, ADAPTERS[fn]) for fn in GRADED):
         shares = [Decimal(repr(scores[t.id][1])) for t in result.tests if t.adapter == fn]
         assert shares and sum(shares) == adapter.points, f"{fn}: {sum(shares)} != {adapter.points}"
         assert entries[f"{fn}: points"]["max_score"] == adapter.points
     assert sum(Decimal(repr(t["max_score"])) for t in entries.values()) == FULL
-    assert set(entries) == {f"{fn}: points" for fn in ADAPTERS}  # no other entry carries points
+    assert set(entries) == {f"{fn}: points" for fn in GRADED}  # no other entry carries points
 
 
 @pytest.fixture(scope="module")
@@ -234,7 +234,7 @@ def test_every_attack_scores_zero_or_only_its_honest_part(graded, name):
     if name == "records_hidden":  # correct code, except that SiLU raises: it loses SiLU's points only
         scores = per_function(graded, name)
         assert scores["run_silu"] < ADAPTERS["run_silu"].points
-        assert all(scores[fn] == pytest.approx(a.points) for fn, a in ADAPTERS.items() if fn != "run_silu")
+        assert all(scores[fn] == pytest.approx(a.points) for fn, a in GRADED.items() if fn != "run_silu")
     else:
         assert result.score == 0, f"{name} scored {result.score}"
 
@@ -556,7 +556,7 @@ def test_load_costs_honest_code_nothing(loaded, reached):
     scores = points_per_function(loaded)
     assert loaded.status == "ok"
     exposed = can_lose(reached, ACCOUNTING_PIECES)  # run_transformer_accounting and the tests that use it
-    assert all(scores[fn] == pytest.approx(a.points) for fn, a in ADAPTERS.items() if fn not in exposed)
+    assert all(scores[fn] == pytest.approx(a.points) for fn, a in GRADED.items() if fn not in exposed)
 
 
 @pytest.mark.parametrize("said", ["did not finish within 1 s of CPU time", "the worker process died during this call"])
@@ -567,18 +567,24 @@ def test_a_hang_or_a_crash_costs_only_the_tests_it_touches(loaded, said):
 
 
 def test_without_bubblewrap_the_worker_still_runs_apart_and_limited(tmp_path, reached):
-    """Where namespaces are forbidden: a plain subprocess (as root, under its own uid) still grades."""
+    """Where namespaces are forbidden: a plain subprocess (as root, under its own uid) still grades. Where
+    no worker uid can reach this Python either (it lives under /root), grading refuses: the submission
+    would run as root (the red team read the hidden cases and rewrote a neighbour's grade that way)."""
+    from harness.grading.grade import BadSetup
     exits = reference_as_student(tmp_path / "subs" / "exits")
     edit(exits / "student" / EXITS[0], *EXITS[1:])
     plain = Protections.detect(bubblewrap=False)
+    if os.geteuid() == 0 and not plain.uid_drop:
+        with pytest.raises(BadSetup, match="the submissions would run as root"):
+            grade_all(PROJECT, [exits], TERM, tmp_path / "out", jobs=1, case_timeout=5, protections=plain)
+        assert "uid drop" in plain.describe().split("OFF:")[1]
+        return  # the uid drop itself is graded in selftest/test_gradescope.py, from a system Python's venv
     [result] = grade_all(PROJECT, [exits], TERM, tmp_path / "out", jobs=1, case_timeout=5, protections=plain)
     scores = points_per_function(result)
     assert result.status == "ok" and 0 < result.score < FULL and not survivors()
     exposed = can_lose(reached, ACCOUNTING_PIECES)
-    assert all(scores[fn] == pytest.approx(a.points) for fn, a in ADAPTERS.items() if fn not in exposed)
+    assert all(scores[fn] == pytest.approx(a.points) for fn, a in GRADED.items() if fn not in exposed)
     assert "filesystem allow-list" in plain.describe().split("OFF:")[1]
-    if os.geteuid() == 0 and not plain.uid_drop:  # e.g. Python under /root, unreachable for another uid
-        assert "uid drop" in plain.describe().split("OFF:")[1]
 
 
 def test_a_sandbox_that_cannot_run_python_stops_grading_before_it_starts(tmp_path):

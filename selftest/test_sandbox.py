@@ -111,3 +111,25 @@ def test_submissions_whose_safe_names_collide_or_run_long_each_get_their_own():
     assert len(set(names)) == len(names) and names[-1] == "bob", names
     assert all(len(n.encode()) <= NAME_CHARS + 9 for n in names), names
     assert names == submission_names(given), "the same batch gets the same names"
+
+
+def test_the_seccomp_filter_denies_system_v_and_queue_ipc():
+    """A message queue, a shared-memory segment or a semaphore set outlives its process and is shared
+    by a uid: without an IPC namespace (no bubblewrap), a later submission under the same uid read a
+    hidden input from one. Under the filter each call fails with EPERM; without it, msgget works."""
+    import platform
+    import subprocess
+    import sys
+    from harness.grading.sandbox import _SYSCALLS, IPC, SeccompLoader
+    nr = _SYSCALLS[platform.machine()][1]
+    check = ("import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); "
+             f"calls = [libc.syscall({nr['msgget']}, 0, 0o1600), libc.syscall({nr['shmget']}, 0, 4096, 0o1600), "
+             f"libc.syscall({nr['semget']}, 0, 1, 0o1600)]; errno = ctypes.get_errno(); "
+             f"[libc.syscall(nr, i, 0, 0) for nr, i in zip(({nr['msgctl']}, {nr['shmctl']}, {nr['semctl']}), calls) "
+             "if i >= 0]; "  # IPC_RMID: nothing outlives the check
+             "sys.exit(0 if all(c == -1 for c in calls) and errno == 1 else 1)")
+    assert "msgrcv" in IPC and "mq_open" in IPC
+    denied = subprocess.run([sys.executable, "-I", "-c", check], preexec_fn=SeccompLoader().load)
+    assert denied.returncode == 0
+    allowed = subprocess.run([sys.executable, "-I", "-c", check.replace("sys.exit(0 if", "sys.exit(1 if")])
+    assert allowed.returncode == 1  # the calls work without the filter: the check can fail

@@ -53,3 +53,32 @@ def test_the_check_judges_with_the_forward_it_is_given(term):
     check_training(reference, term, cases[0], forward=transformer_lm)
     with pytest.raises(Mismatch, match="did not learn the corpus's rule"):
         check_training(_Liar(), term, cases[0], forward=transformer_lm)
+
+
+class _Oversized(_Liar):
+    """Returns a head of another shape (the red team's 1.5M-row lm_head made the driver's own forward
+    take 4 GB), or weights on the meta device."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+
+    def run_train_tiny_lm(self, **kwargs):
+        out = {k: v.clone() for k, v in kwargs["weights"].items()}
+        head = out["lm_head.weight"]
+        out["lm_head.weight"] = torch.zeros(head.shape[0] * 50, head.shape[1]) if self.how == "shape" else \
+            head.to("meta") if self.how == "meta" else torch.full_like(head, float("nan"))
+        return out
+
+
+@pytest.mark.parametrize("how", ["shape", "meta", "nan"])
+def test_returned_weights_of_another_shape_device_or_nan_fail_before_any_forward(term, how):
+    [case, *_] = [c for c in term.cases if c.function == "run_train_tiny_lm" and not c.hidden]
+    calls = []
+
+    def forward(**kwargs):
+        calls.append(1)
+        return transformer_lm(**kwargs)
+    with pytest.raises(Mismatch, match="must have the initial weights' shapes and dtypes, on the CPU and finite"):
+        check_training(_Oversized(how), term, case, forward=forward)
+    assert not calls  # judged before the driver's forward ran on them

@@ -118,6 +118,13 @@ class Grader:
         if require_confinement and not (self.protections.confined and
                                         (self.protections.uid_drop or os.geteuid() != 0)):
             raise BadSetup(f"--require-confinement: {self.protections.describe()}")
+        if os.geteuid() == 0 and not self.protections.confined and not self.protections.uid_drop:
+            raise BadSetup("the submissions would run as root, free to read the hidden cases and rewrite other "
+                           "submissions' grades: bubblewrap cannot run here, and no worker uid can reach this "
+                           "Python (it lives under a folder only root may enter, such as /root). Install "
+                           "bubblewrap, or grade from a venv made with the system's Python "
+                           "(/usr/bin/python3 -m venv ..., as gradescope/setup.sh does). "
+                           f"{self.protections.describe()}")
         blocks = range(UID_BLOCKS) if uid_block is None else [uid_block]
         self._uids, self.first_slot = _claim_uid_block(blocks) if self.protections.uid_drop else (None, 0)
         remove_orphan_sandboxes()  # left by drivers that were killed

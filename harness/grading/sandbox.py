@@ -101,8 +101,8 @@ class Protections:
                    else "install bubblewrap")
             off += ["filesystem allow-list", "no network", f"PID namespace ({why})"]
         if self.seccomp:
-            on.append("seccomp (no kernel keyring, no sysinfo, no internet sockets, no page-cache probes, "
-                      "no user namespaces)")
+            on.append("seccomp (no kernel keyring, no System V or POSIX-queue IPC, no sysinfo, no internet "
+                      "sockets, no page-cache probes, no user namespaces)")
         else:
             off.append("seccomp filter (needs x86_64 or aarch64, and prctl allowed)")
         if self.uid_drop:
@@ -238,6 +238,8 @@ class Sandbox:
             self.cgroup.kill()
         if self.uid is not None:
             kill_uid(self.uid)
+            if not self.protections.bwrap:  # no private /tmp: what the uid left there would meet the next submission
+                remove_files_of(self.uid)
         if self.stdout is not None:
             self.pump(everything=True)  # every writer is dead: read up to the end
             if self.stdout is not None:
@@ -556,12 +558,24 @@ def remove_tree(root: Path) -> bool:
 _SYSCALLS = {  # audit arch, and the syscall numbers the filter needs
     "x86_64": (0xC000003E, {"add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272,
                             "sysinfo": 99, "clone": 56, "clone3": 435, "socket": 41, "preadv2": 327,
-                            "pwritev2": 328, "io_uring_setup": 425, "cachestat": 451}),
+                            "pwritev2": 328, "io_uring_setup": 425, "cachestat": 451,
+                            "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65,
+                            "semctl": 66, "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70,
+                            "msgctl": 71, "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242,
+                            "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245}),
     "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219, "unshare": 97,
                              "sysinfo": 179, "clone": 220, "clone3": 435, "socket": 198, "preadv2": 286,
-                             "pwritev2": 287, "io_uring_setup": 425, "cachestat": 451}),
+                             "pwritev2": 287, "io_uring_setup": 425, "cachestat": 451,
+                             "shmget": 194, "shmat": 196, "shmctl": 195, "shmdt": 197, "semget": 190,
+                             "semop": 193, "semctl": 191, "semtimedop": 192, "msgget": 186, "msgsnd": 189,
+                             "msgrcv": 188, "msgctl": 187, "mq_open": 180, "mq_unlink": 181, "mq_timedsend": 182,
+                             "mq_timedreceive": 183, "mq_notify": 184, "mq_getsetattr": 185}),
 }
-DENIED = ("add_key", "request_key", "keyctl", "unshare", "sysinfo")  # EPERM
+# System V IPC and POSIX message queues outlive their process and are shared by a uid (without an IPC
+# namespace, a later submission under the same uid read a hidden input left in a message queue).
+IPC = ("shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semctl", "semtimedop", "msgget", "msgsnd",
+       "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr")
+DENIED = ("add_key", "request_key", "keyctl", "unshare", "sysinfo", *IPC)  # EPERM
 # ENOSYS, as a kernel without them says: clone3 (the C library falls back to clone, whose flags a
 # filter can read); preadv2/pwritev2 (RWF_NOWAIT tells whether a page is cached: a store that
 # outlives the submission; the C library falls back to preadv without flags); io_uring (its
@@ -723,6 +737,25 @@ def uid_processes(uids) -> list[int]:
             except (OSError, IndexError):
                 pass
     return found
+
+
+SHARED_TEMP = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
+
+
+def remove_files_of(uid: int, folders=SHARED_TEMP) -> None:
+    """Remove what a worker uid left in the machine's shared temporary folders (its scratch folder
+    aside): the next submission under that uid must find nothing of this one's."""
+    for folder in folders:
+        try:
+            entries = list(folder.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.lstat().st_uid == uid:
+                    remove_tree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+            except OSError:
+                pass
 
 
 def kill_uid(uid: int, seconds: float = 10.0) -> bool:

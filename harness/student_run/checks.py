@@ -189,6 +189,13 @@ TRAINED_BELOW = 0.1  # the held-out loss a training run must reach, as a share o
 # the reference reaches under 0.01 of it (0.003 from about 3), a model that learned nothing 1
 
 
+def _described(t) -> str:
+    if not isinstance(t, torch.Tensor):
+        return type(t).__name__
+    finite = "" if t.device.type == "meta" or bool(torch.isfinite(t).all()) else " with NaN or inf"
+    return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)} on {t.device.type}{finite}"
+
+
 def check_training(adapters, term: Term, case: Case, forward=None) -> None:
     """A training run's case ("train": run_train_tiny_lm), judged by the weights it returns, never by a
     loss it reports: the held-out loss under `forward` (in grading the driver's own forward; in a
@@ -202,6 +209,12 @@ def check_training(adapters, term: Term, case: Case, forward=None) -> None:
     if set(out) != set(initial):
         raise Mismatch(f"{where}\nthe returned state_dict's keys differ from the initial weights': missing "
                        f"{sorted(set(initial) - set(out))}, unexpected {sorted(set(out) - set(initial))}")
+    wrong = [f"{k}: {_described(v)}, not {_described(initial[k])}" for k, v in out.items()
+             if not isinstance(v, torch.Tensor) or v.shape != initial[k].shape or v.dtype != initial[k].dtype
+             or v.device.type != "cpu" or not bool(torch.isfinite(v).all())]
+    if wrong:  # before any forward: a weight of another shape (a 1.5M-row head) would be the grader's cost
+        raise Mismatch(f"{where}\nthe returned weights must have the initial weights' shapes and dtypes, on the "
+                       f"CPU and finite: {'; '.join(wrong[:3])}")
     forward = forward or adapters.run_transformer_lm
     windows = rule_windows(kwargs["corpus"], kwargs["context_length"])
     before, after = (held_out_loss(forward, kwargs, w, windows) for w in (initial, out))

@@ -44,7 +44,8 @@ def build_term(project: Path, name: str, seed: int, force: bool = False, skip_un
         shutil.rmtree(folder)
     reference = Adapters(REFERENCE)
     mistakes = [v for v in VARIANTS.values() if not v.correct]
-    specs = CATALOGUE + [twin(spec, grading_seed) for spec in CATALOGUE if not spec.hidden]
+    public = tuple(spec for spec in CATALOGUE if not spec.hidden)
+    specs = CATALOGUE + [twin(spec, grading_seed, public) for spec in public]
     built = [_build_case(reference, spec, grading_seed if spec.hidden else seed, mistakes, skip_unreached)
              for spec in specs]
     public = [(c, t) for c, t in built if not c.hidden]

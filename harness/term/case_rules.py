@@ -129,7 +129,8 @@ def divisible_problems(spec) -> list[str]:
 
 def twin_problems(spec) -> list[str]:
     """A public case's hidden twin (harness/term/catalogue.twin) must differ from it, or an answer stored
-    for the public case answers the twin too."""
+    for the public case answers the twin too. (That it differs from the function's other public cases
+    too, twin() sees to, drawing again.)"""
     if spec.hidden or not same_values(spec, twin(spec, 0)):
         return []
     return ["its hidden twin would equal it: it has no random tensor, no given values a shuffle changes and "

@@ -139,7 +139,9 @@ def bias(d, dtype="float32") -> Gen:
 # behind a norm (whose gain scales the large queries and keys) by up to 3e-4 (measured with
 # exp(x - logsumexp(x)) softmax and torch's SDPA, both correct).
 SHARP = (1e-4, 1e-4)
-SHARP_NORMED = (1e-3, 1e-3)
+# A sharp softmax under LayerNorm: a correct exp(x - logsumexp(x)) softmax's gradient was off by 1.2e-3
+# of the largest element on one term's values (2027-spring, run_gpt2_lm/truncated); allow twice that.
+SHARP_NORMED = (1e-3, 2.5e-3)
 
 
 def sharp(weights: dict[str, Gen], prefix: str = "") -> dict[str, Gen]:
@@ -193,18 +195,24 @@ class Spec:
         return out
 
 
-def twin(spec: Spec, seed: int) -> Spec:
+def twin(spec: Spec, seed: int, public: tuple = ()) -> Spec:
     """The hidden twin of a public case: the same function, shapes and note, on fresh values. Random
     tensors come from the twin's own generator stream (its name differs); given values are shuffled
     along their last axis; a case with no tensors gets a fresh value of every argument that can take
-    one (_fresh). A stored answer to the public case is then no answer to its twin."""
+    one (_fresh), drawn again while it equals the arguments of one of `public`, the function's public
+    cases (a twin of '6-heads' drew 8 heads, which '8-heads' answered). A stored answer to a public
+    case is then no answer to its twin."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(f"{spec.function}/{spec.name}/twin".encode()))
     args = dict(spec.args)
     for arg, value in spec.args.items():
         if isinstance(value, Gen) and value.kind == "given":
             args[arg] = given(_shuffled(torch.tensor(value.params["values"]), g).tolist())
     if not any(spec.gens()):
-        args.update(_fresh(spec.args, g))
+        taken = [p.args for p in public if p.function == spec.function]
+        for _ in range(100):
+            args.update(_fresh(spec.args, g))
+            if args not in taken:
+                break
     return dataclasses.replace(spec, name=f"twin-{spec.name}", args=args, hidden=True, twin_of=spec.name)
 
 
