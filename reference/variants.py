@@ -1702,6 +1702,17 @@ register("checkpoint_torch_save", "torch.save / torch.load of a dict with other 
 
 
 
+def _ce_in_16_bits(inputs, targets):
+    m = inputs.amax(-1, keepdim=True)  # a 16-bit input: every step rounds to 16 bits
+    lse = (inputs - m).exp().sum(-1).log() + m.squeeze(-1)
+    return (lse - inputs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)).mean()
+
+
+register("cross_entropy_in_16_bits", "cross-entropy computed in the logits' float16/bfloat16",
+         hint=("a cross-entropy computed in float16/bfloat16: 1 + exp(-12) rounds to 1, so a confident "
+               "prediction's loss becomes 0; upcast the logits to float32, compute, and round the loss once"),
+         training__cross_entropy=_ce_in_16_bits)
+
 _KEPT: dict = {}  # what a "checkpoint" of references holds: the live objects, not their state
 
 
