@@ -20,7 +20,6 @@ from beartype.door import is_bearable
 from jaxtyping import TypeCheckError, jaxtyped
 
 from harness.contract import ADAPTERS, Adapter
-from harness.student_run.probes import optimizers_without_dynamo
 
 
 HARNESS, IMPORTLIB = Path(__file__).parent, Path(importlib.__file__).parent
@@ -119,7 +118,6 @@ class Adapters:
     def __init__(self, target: str, module=None, explicit: bool = True):
         """`module` stands in for the import of `target`: in grading, the worker's functions."""
         self.target = target
-        optimizers_without_dynamo()
         self.module = load_module(target, explicit) if module is None else module
         self._checked = {}
 

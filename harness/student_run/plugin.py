@@ -36,7 +36,7 @@ from harness.store import checks_for
 from harness.student_run.compare import Mismatch
 from harness.student_run.diagnose import diagnose
 from harness.contract import ADAPTERS
-from harness.student_run.probes import AllocationTooLarge, DeviceMismatch
+from harness.student_run.probes import AllocationTooLarge, DeviceMismatch, optimizers_without_dynamo
 from harness.student_run.progress import Progress
 from harness.runtime import Adapters, AdaptersError, ContractViolation, StudentImportError, shown_path
 from harness.store import FixtureError, Term
@@ -202,6 +202,7 @@ def _load_adapters(config):
         # torch._check, inside some student's first test: import it here, outside
         # every test's time limit, so the first test is not charged for it.
         import torch.fx.experimental.symbolic_shapes  # noqa: F401
+        optimizers_without_dynamo()  # and the first optimizer a test builds would import torch._dynamo (1.8 s)
         remote = config.pluginmanager.get_plugin("harness-remote")  # grading: a confined worker
         try:
             state["adapters"] = remote.adapters() if remote else Adapters(state["target"], explicit=state["explicit"])
