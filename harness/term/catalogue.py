@@ -141,7 +141,7 @@ def bias(d, dtype="float32") -> Gen:
 # exp(x - logsumexp(x)) softmax and torch's SDPA, both correct).
 SHARP = (1e-4, 1e-4)
 # A sharp softmax under LayerNorm: a correct exp(x - logsumexp(x)) softmax's gradient was off by 1.2e-3
-# of the largest element on one term's values (2027-spring, run_gpt2_lm/truncated); allow twice that.
+# of the largest element on one term's values (run_gpt2_lm/truncated); allow twice that.
 SHARP_NORMED = (1e-3, 2.5e-3)
 
 
