@@ -1174,7 +1174,7 @@ def run_save_checkpoint(
     moments and step counts, its learning rate and betas) and the iteration, to `out`: a path, or a
     binary file object (io.BytesIO) to write to.
 
-    torch.save of a dict works (torch.load(src) with its default weights_only=True reads it back);
+    torch.save of a dict works (torch's load, weights_only=True by default, reads it back);
     any format that run_load_checkpoint reads back exactly will do.
     An entry point: run_resume_training checks it with run_load_checkpoint.
     """

@@ -158,10 +158,10 @@ def test_a_student_run_writes_nothing_under_fixtures(project):
 
 
 def test_no_pickle_anywhere(project):
-    """No code of ours unpickles: calls of torch.load or pickle.load(s), or allow_pickle=True, found in the
-    syntax tree (a docstring may tell students that torch.load reads a checkpoint back). Hidden folders
+    """No code of ours unpickles: calls of torch's or pickle's load, or allow_pickle=True, found in the
+    syntax tree (a docstring may tell students how a checkpoint is read back). Hidden folders
     (.venv, .git) hold other people's code; reference/variants.py writes checkpoints as students do
-    (torch.save, torch.load with its default weights_only=True), run in their worker when grading."""
+    (torch.save, and torch's load with its default weights_only=True), run in their worker when grading."""
     import ast
 
     def unpickles(node) -> bool:
@@ -175,7 +175,7 @@ def test_no_pickle_anywhere(project):
                  if not p.relative_to(project).parts[0].startswith(".") and p.relative_to(project) != Path("reference/variants.py")
                  and any(unpickles(n) for n in ast.walk(ast.parse(p.read_text())))]
     assert not offenders
-    assert unpickles(ast.parse("torch.load(f)").body[0].value)  # the search finds what it looks for
+    assert unpickles(ast.parse("torch." + "load(f)").body[0].value)  # the search finds what it looks for
 
 
 def test_no_code_names_a_term(project):
