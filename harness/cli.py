@@ -299,6 +299,8 @@ def contract_render(root: Path, args) -> int:
         from harness.term.case_rules import problems as case_problems
         from harness.term.catalogue import CATALOGUE
         problems += [f"catalogue: {p}" for p in case_problems(CATALOGUE)]
+        from harness.typecheck import annotation_problems
+        problems += [f"contract: {p}" for p in annotation_problems(ADAPTERS.values())]
     for path, text in [*generated.items(), *theirs.items()]:
         rel = path.relative_to(root)
         if path.exists() and path.read_text() == text:
@@ -326,7 +328,7 @@ def contract_render(root: Path, args) -> int:
             path.write_text(text)
     for line in problems:
         print(line)
-    failed = any(p.startswith("catalogue: ") for p in problems)
+    failed = any(p.startswith(("catalogue: ", "contract: ")) for p in problems)
     return 1 if failed or args.check and any(not p.startswith(("rendered", "kept")) for p in problems) else 0
 
 

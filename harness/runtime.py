@@ -1,8 +1,8 @@
 """Load an adapters module and check every call against the contract.
 
-Whatever module `--adapters` names, each function is wrapped with the contract's
-jaxtyping annotations and checked by beartype, so a wrong shape, dtype or a `None`
-fails with the adapter's name and the expected axes rather than deep in a test.
+Whatever module `--adapters` names, each function is wrapped in a check of the contract's
+jaxtyping annotations (harness/typecheck.py), so a wrong shape, dtype or a `None` fails with
+the adapter's name, the argument and the axis rather than deep in a test.
 """
 
 import importlib
@@ -12,14 +12,10 @@ import re
 import sys
 import sysconfig
 import traceback
-import typing
 from pathlib import Path
 
-from beartype import beartype
-from beartype.door import is_bearable
-from jaxtyping import TypeCheckError, jaxtyped
-
 from harness.contract import ADAPTERS, Adapter
+from harness.typecheck import Check, Mismatch, describe
 
 
 HARNESS, IMPORTLIB = Path(__file__).parent, Path(importlib.__file__).parent
@@ -82,7 +78,7 @@ def _missing_file_hint(error: BaseException) -> str:
 
 def _raised_by_import(error: BaseException) -> bool:
     """The error came out of the import system: a module of the student's package failing to import."""
-    if isinstance(error, TypeCheckError) or getattr(error, "__module__", "") == "harness.runtime":
+    if getattr(error, "__module__", "") == "harness.runtime":
         return False
     return isinstance(error, ImportError) or any(f.filename.startswith("<frozen importlib") for f in
                                                  traceback.extract_tb(error.__traceback__))
@@ -134,25 +130,27 @@ class Adapters:
 
 
 def checked(adapter: Adapter, impl):
-    """Wrap `impl` in a function with the contract's parameter names and annotations."""
+    """Wrap `impl` in a function with the contract's parameter names that checks every argument
+    and the return value against the contract's annotations (harness/typecheck.py)."""
     params = adapter.signature.parameters
-    namespace = {"impl": impl, **{f"_default_{n}": p.default for n, p in params.items()}}
+    namespace = {f"_default_{n}": p.default for n, p in params.items()}
     declared = ", ".join(n if p.default is p.empty else f"{n}=_default_{n}" for n, p in params.items())
-    exec(f"def {adapter.name}({declared}):\n    return impl({', '.join(params)})", namespace)
-    wrapper = namespace[adapter.name]
-    wrapper.__annotations__ = dict(adapter.spec.__annotations__)
-    wrapper.__doc__ = adapter.spec.__doc__
-    typed = jaxtyped(typechecker=beartype)(wrapper)
+    exec(f"def bind({declared}):\n    return ({''.join(n + ', ' for n in params)})", namespace)
+    bind = namespace["bind"]  # Python's own binding: positional or keyword, defaults filled in
+    checks = [(n, Check.of(p.annotation)) for n, p in params.items()]
+    returns = Check.of(adapter.signature.return_annotation)
 
     def call(*args, **kwargs):
+        values = bind(*args, **kwargs)
+        sizes = {}
+        for (name, check), value in zip(checks, values):
+            try:
+                check.check(value, sizes)
+            except Mismatch as e:
+                raise ContractViolation(explain(adapter, f"was called with {name}={describe(value)}", check, e,
+                                                sizes)) from None
         try:
-            out = typed(*args, **kwargs)
-        except TypeCheckError as e:
-            message = str(e)
-            source = None
-            if _field(message, "Actual value") == "None" and "return value" in message:
-                source = returned_none(adapter, impl, args, kwargs)
-            raise ContractViolation(explain(adapter, message, source)) from None
+            out = impl(*values)
         except Exception as e:  # noqa: BLE001  (only a failed import is rewritten; the rest re-raised as is)
             if not _raised_by_import(e):
                 raise
@@ -161,7 +159,11 @@ def checked(adapter: Adapter, impl):
                 f"{adapter.name} cannot run: its code does not import{' (' + where + ')' if where else ''}: "
                 f"{type(e).__name__}: {e}\n  only the functions whose code is in that file are stopped; "
                 "fix it and they run again" + _missing_file_hint(e)) from None
-        _check_every_entry(adapter, out)
+        try:
+            returns.check(out, sizes)
+        except Mismatch as e:
+            source = returned_none(adapter, impl, values) if out is None else None
+            raise ContractViolation(explain(adapter, f"returned {describe(out)}", returns, e, sizes, source)) from None
         return out
     call.__name__ = adapter.name
     call.adapter = adapter
@@ -169,49 +171,28 @@ def checked(adapter: Adapter, impl):
     return call
 
 
-def _check_every_entry(adapter: Adapter, out) -> None:
-    """beartype checks one random entry of a returned dict; the contract holds for every one
-    (a count computed with / is a float in some entries only)."""
-    annotation = adapter.signature.return_annotation
-    if typing.get_origin(annotation) is not dict or not isinstance(out, dict):
-        return
-    value_type = typing.get_args(annotation)[1]
-    for key, value in out.items():
-        if not is_bearable(value, value_type) or (value_type is int and isinstance(value, bool)):
-            hint = ": use // for integer division, or int(...)" if value_type is int and isinstance(value, float) else ""
-            raise ContractViolation(f"{adapter.name} returned {value!r} ({type(value).__name__}) for {key!r}, but "
-                                    f"the contract says every value is {getattr(value_type, '__name__', value_type)}"
-                                    f"{hint}\n  see the docstring of {adapter.name} in adapters.py")
-
-
-def explain(adapter: Adapter, message: str, none_from: str | None = None) -> str:
-    """Shorten jaxtyping's report to what the student needs: what, got, expected, axes.
-    `none_from`: for a None returned, the student's function that returned it (returned_none)."""
-    actual = _field(message, "Actual value")
-    expected = _field(message, "Expected type")
-    axes = ", ".join(re.findall(r"^(\w+=\S+)$", message, re.M))
-    where = "returned" if "return value" in message else f"was called with {_argument(message)}"
-    text = f"{adapter.name} {where} {actual}, but the contract says {expected}"
-    if actual == "None" and "return value" in message:
+def explain(adapter: Adapter, what: str, check: Check, problem: Mismatch, sizes: dict,
+            none_from: str | None = None) -> str:
+    """What was passed or returned, what the contract says, why it does not fit, and the axis sizes the
+    inputs bound. `none_from`: for a None returned, the student's function that returned it (returned_none)."""
+    text = f"{adapter.name} {what}, but the contract says {check.text}"
+    if what == "returned None":
         text += f": {none_from}" if none_from else \
             ": a function of your code that it calls returned None (look for a missing `return` in student/)"
-    if axes:
-        text += f"\n  axis sizes bound by the inputs: {axes}"
+    elif not str(problem).startswith("not "):
+        text += f": {problem}"
+    if sizes:
+        text += f"\n  axis sizes bound by the inputs: {', '.join(f'{k}={v}' for k, v in sizes.items())}"
     return text + f"\n  see the docstring of {adapter.name} in adapters.py"
 
 
-def returned_none(adapter: Adapter, impl, args: tuple, kwargs: dict) -> str | None:
+def returned_none(adapter: Adapter, impl, values: tuple) -> str | None:
     """Which of the student's functions handed the adapter its None: call `impl` again under a
     profiler and take the last of the student's frames to return before the adapter did (the
     outermost call of the code under test; a helper that returns None on purpose finishes
     earlier). None where the code runs elsewhere (a grading worker) or no such frame returned."""
     if getattr(impl, "remote_probe", None):
         return None
-    try:
-        bound = adapter.signature.bind(*args, **kwargs)
-    except TypeError:
-        return None
-    bound.apply_defaults()
     glue = getattr(impl, "__code__", None)
     returns = []
 
@@ -223,7 +204,7 @@ def returned_none(adapter: Adapter, impl, args: tuple, kwargs: dict) -> str | No
     previous = sys.getprofile()
     sys.setprofile(profile)
     try:
-        impl(*bound.arguments.values())
+        impl(*values)
     except Exception:  # noqa: BLE001 - what returned before the error is still evidence
         pass
     finally:
@@ -262,13 +243,3 @@ def _drops_a_value(filename: str, line: int) -> bool:
             name = getattr(call, "attr", None) or getattr(call, "id", None) or ""
             return name != "print" and not name.endswith("_")
     return False
-
-
-def _field(message: str, label: str) -> str:
-    match = re.search(rf"^{label}: (.*?)\.?$", message, re.M)
-    return match.group(1) if match else "?"
-
-
-def _argument(message: str) -> str:
-    match = re.search(r"parameter (\w+)", message)
-    return f"an argument `{match.group(1)}` of" if match else "an argument of"
