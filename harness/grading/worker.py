@@ -242,7 +242,7 @@ class Worker:
             if self.import_error:
                 raise ImportError(self.import_error)
             sys.path.insert(0, SUBMISSION)
-            from harness.student_run.probes import optimizers_without_dynamo
+            from harness.torch_imports import optimizers_without_dynamo
             optimizers_without_dynamo()  # an AdamW built by a drill costs milliseconds, not a 1.8 s import
             torch.set_num_threads(1)  # one CPU per submission (its cgroup): more threads only wait on each other
             try:

@@ -150,7 +150,7 @@ def adapters():
         sys.path.insert(0, str(root))
     fresh_imports(root)
     from harness.runtime import Adapters
-    from harness.student_run.probes import optimizers_without_dynamo
+    from harness.torch_imports import optimizers_without_dynamo
     optimizers_without_dynamo()  # the cell's AdamW need not import torch._dynamo (1.8 s)
     return Adapters(os.environ.get("HARNESS_ADAPTERS") or "adapters")
 

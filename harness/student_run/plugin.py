@@ -36,10 +36,11 @@ from harness.store import checks_for
 from harness.student_run.compare import Mismatch
 from harness.student_run.diagnose import diagnose
 from harness.contract import ADAPTERS
-from harness.student_run.probes import AllocationTooLarge, DeviceMismatch, optimizers_without_dynamo
+from harness.student_run.probes import AllocationTooLarge, DeviceMismatch
 from harness.student_run.progress import Progress
 from harness.runtime import Adapters, AdaptersError, ContractViolation, StudentImportError, shown_path
 from harness.store import FixtureError, Term
+from harness.torch_imports import concrete_symbolic_shapes, optimizers_without_dynamo
 
 ADAPTER = pytest.StashKey[str]()
 COURSE_INDEX = pytest.StashKey[int]()
@@ -198,10 +199,7 @@ def _adapters_or_error(request):
 def _load_adapters(config):
     state = _state(config)
     if "adapters" not in state:
-        # torch imports its symbolic-shape machinery (and sympy, ~1 s) at the first
-        # torch._check, inside some student's first test: import it here, outside
-        # every test's time limit, so the first test is not charged for it.
-        import torch.fx.experimental.symbolic_shapes  # noqa: F401
+        concrete_symbolic_shapes()  # the first torch._check would import sympy (0.5 s)
         optimizers_without_dynamo()  # and the first optimizer a test builds would import torch._dynamo (1.8 s)
         remote = config.pluginmanager.get_plugin("harness-remote")  # grading: a confined worker
         try:

@@ -11,15 +11,15 @@
 - `tables_indexed`: which parameters a forward looks rows up in (the role of a table).
 """
 
-import contextlib
 import re
 import sys
-import types
 from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+
+from harness.torch_imports import meta_kernels_lean
 
 aten = torch.ops.aten
 
@@ -145,38 +145,6 @@ def _device_checked(func, args, kwargs, tensors) -> list:
     return [args[0], *indices, *_tensors((args[2:], kwargs))]
 
 
-@contextlib.contextmanager
-def _without_dynamo_import():
-    """Meta kernels written in Python wrap themselves in torch._disable_dynamo, whose
-    first call imports torch._dynamo (about 1 s). Nothing is compiled here, so stand
-    in a no-op `disable` for the duration of the probe, then remove the stand-in."""
-    if "torch._dynamo" in sys.modules:
-        yield
-        return
-    stand_in = types.ModuleType("torch._dynamo")
-    stand_in.disable = lambda fn, recursive=True, wrapping=True: fn
-    sys.modules["torch._dynamo"] = stand_in
-    try:
-        yield
-    finally:
-        if sys.modules.get("torch._dynamo") is stand_in:
-            del sys.modules["torch._dynamo"]
-
-
-def optimizers_without_dynamo() -> None:
-    """torch.optim.Optimizer's add_param_group, state_dict, load_state_dict and zero_grad are wrapped by
-    torch._disable_dynamo, whose first call imports torch._dynamo (1.8 s, in every process that builds an
-    optimizer) to keep a compiler out of them. Nothing compiles here: hand each wrapper its cached
-    answer, the method itself, so building an AdamW costs milliseconds. (torch.optim.AdamW's own step
-    still imports it; an Optimizer subclass with its own step, as students write, does not.)"""
-    if "torch._dynamo" in sys.modules:
-        return
-    for method in vars(torch.optim.Optimizer).values():
-        wrapped = getattr(method, "__wrapped__", None)
-        if wrapped is not None and getattr(getattr(method, "__code__", None), "co_filename", "").endswith("_compile.py"):
-            setattr(wrapped, "__dynamo_disable", wrapped)
-
-
 def run_on_meta(fn, *args, **kwargs):
     """Call fn under the device watcher. Raises DeviceMismatch on a device mix.
 
@@ -187,7 +155,7 @@ def run_on_meta(fn, *args, **kwargs):
     if getattr(fn, "remote_probe", None):  # code in a grading worker is watched there
         return fn.remote_probe("meta", *args, **kwargs)
     try:
-        with _without_dynamo_import(), _MetaWatcher():
+        with meta_kernels_lean(), _MetaWatcher():
             return fn(*args, **kwargs)
     except DeviceMismatch:
         raise
