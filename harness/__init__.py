@@ -8,6 +8,8 @@ store      a fixture term's files (safetensors + JSON): written by the term's bu
            the student run and by grading; the pinned term
 paths      the leaf-path convention for tensor arguments ("arg", "arg/key")
 runtime    loads an adapters module and checks every call against the contract
+typecheck  the contract's jaxtyping annotations as checks: dtype kinds and named axes, bound per call
+torch_imports  stand-ins that keep torch from importing its compiler's machinery (sympy, dynamo)
 scoring    how a function's points split over its tests (the grader's rule, shared with the table)
 student_run/  the student run: the pytest plugin, checks, diagnosis, probes, progress, check()
            (its __init__ maps it)
