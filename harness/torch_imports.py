@@ -15,6 +15,7 @@ code) to the real machinery, imported then.
 """
 
 import contextlib
+import functools
 import importlib
 import operator
 import sys
@@ -36,12 +37,6 @@ def _real_symbolic_shapes():
             delattr(parent, "symbolic_shapes")
         module = importlib.import_module(SYMBOLIC)
     return module
-
-
-def _concrete(value) -> bool:
-    if isinstance(value, (tuple, list)):
-        return all(_concrete(v) for v in value)
-    return not isinstance(value, SYMBOLIC_TYPES)
 
 
 class _ConcreteShapes(types.ModuleType):
@@ -77,37 +72,37 @@ class _ConcreteShapes(types.ModuleType):
     def guarding_hint_or_throw(a):
         return a if type(a) in (bool, int) else _real_symbolic_shapes().guarding_hint_or_throw(a)
 
+    # The rest never need the real module: torch's own code, as written there (a SymInt answers
+    # through its node, and == or & on one makes a SymBool).
     @staticmethod
     def has_guarding_hint(a):
-        return True if _concrete(a) else _real_symbolic_shapes().has_guarding_hint(a)
+        return a.node.has_hint() if isinstance(a, SYMBOLIC_TYPES) else True
 
     @staticmethod
     def is_nested_int(s):
-        return False if not isinstance(s, torch.SymInt) else _real_symbolic_shapes().is_nested_int(s)
+        return isinstance(s, torch.SymInt) and s.node.is_nested_int()
 
     @staticmethod
     def sym_and(x, *others):
-        if not _concrete((x, *others)):
-            return _real_symbolic_shapes().sym_and(x, *others)
         for y in others:
             x = operator.and_(x, y)
         return x
 
     @staticmethod
     def sym_or(x, *others):
-        if not _concrete((x, *others)):
-            return _real_symbolic_shapes().sym_or(x, *others)
         for y in others:
             x = operator.or_(x, y)
         return x
 
     @staticmethod
     def sym_eq(x, y):
-        if not _concrete((x, y)) or not isinstance(x, (int, tuple, list)) or not isinstance(y, (int, tuple, list)):
-            return _real_symbolic_shapes().sym_eq(x, y)
-        if isinstance(x, (tuple, list)) and isinstance(y, (tuple, list)):
-            return len(x) == len(y) and all(_ConcreteShapes.sym_eq(a, b) for a, b in zip(x, y))
-        return x == y
+        if isinstance(x, (tuple, list)) and isinstance(y, (list, tuple)):
+            if len(x) != len(y):
+                return False
+            return functools.reduce(operator.and_, map(_ConcreteShapes.sym_eq, x, y), True)
+        if isinstance(x, (int, torch.SymInt)) and isinstance(y, (int, torch.SymInt)):
+            return x == y
+        raise AssertionError(f"unexpected sym_eq between {type(x)} {type(y)}")
 
 
 def concrete_symbolic_shapes() -> None:

@@ -47,6 +47,8 @@ COURSE_INDEX = pytest.StashKey[int]()
 PROGRESS = pytest.StashKey[Progress]()
 STATE = pytest.StashKey[dict]()
 HANGS = pytest.StashKey[dict]()  # what timed out in this run: functions, and the code they were stuck in
+# (function, public case) -> seconds its output check took where it passed in this run, None where it failed
+CPU_OUTCOMES = pytest.StashKey[dict]()
 # Failures whose message is the whole report: no traceback needed.
 REPORTED = (Mismatch, ContractViolation, DeviceMismatch, AllocationTooLarge, AdaptersError, TimeoutError)
 HARNESS = Path(__file__).parents[1]  # the harness package: its frames are not the student's code
@@ -250,6 +252,14 @@ def held_out_forward(request):
     return remote.trusted_forward if remote is not None else None
 
 
+@pytest.fixture(scope="session")
+def cpu_outcomes(request) -> dict:
+    """How each public output case fared in this run's fixture tests: a probe that needs a case the
+    code passes on the CPU takes the cheapest one from here, instead of running one again. Tests
+    that use it run after their function's fixture tests."""
+    return request.config.stash.setdefault(CPU_OUTCOMES, {})
+
+
 @pytest.fixture
 def adapters(_adapters_or_error):
     """The adapters under test, every call checked against the contract."""
@@ -306,9 +316,11 @@ def pytest_collection_modifyitems(config, items):
     if len(keep) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if item not in set(keep)])
         items[:] = keep
-    # Course order (Unit 2.1 first, as the contract lists functions), so failures read top-down.
+    # Course order (Unit 2.1 first, as the contract lists functions), so failures read top-down; within
+    # a function, the probes that reuse its fixture tests' outcomes after them.
     order = {name: i for i, name in enumerate(ADAPTERS)}
-    items.sort(key=lambda item: order.get(item.stash.get(ADAPTER, None), len(order)))
+    items.sort(key=lambda item: (order.get(item.stash.get(ADAPTER, None), len(order)),
+                                 "cpu_outcomes" in getattr(item, "fixturenames", ())))
     for index, item in enumerate(items):
         item.stash[COURSE_INDEX] = index
 
@@ -456,6 +468,10 @@ def short_report(item, call, text: str) -> pytest.TestReport:
 def pytest_runtest_makereport_tag(item, call):
     """Every report carries its function and course position, also across xdist workers."""
     report = yield
+    case, check = fixture_check(item)
+    if check == "output" and not case.hidden and call.when == "call":
+        item.config.stash.setdefault(CPU_OUTCOMES, {})[case.function, case.name] = \
+            report.duration if report.passed else None
     if ADAPTER in item.stash:
         report.adapter = item.stash[ADAPTER]
         report.course_index = item.stash.get(COURSE_INDEX, 0)

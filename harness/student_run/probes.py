@@ -170,7 +170,15 @@ def run_on_meta(fn, *args, **kwargs):
 
 
 def _tensors(tree) -> list[torch.Tensor]:
-    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+    """The tensors in an op's arguments (tensors, lists, tuples and dicts of them): called on every op
+    a watched call makes, where torch's general tree_flatten cost more than the op."""
+    if isinstance(tree, torch.Tensor):
+        return [tree]
+    if isinstance(tree, (list, tuple)):
+        return [t for item in tree for t in _tensors(item)]
+    if isinstance(tree, dict):
+        return [t for item in tree.values() for t in _tensors(item)]
+    return []
 
 
 class AllocationTooLarge(AssertionError):
