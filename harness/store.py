@@ -98,6 +98,7 @@ class Term:
         # Every file is read once, hashed and parsed from the same bytes: code that runs
         # later (a student's) cannot swap a file between the check and its use.
         self._files: dict[str, dict] = {}
+        self._grouped: dict[str, dict[str, dict]] = {}
         self.sealed = False  # set by the grader during visible tests: hidden cases' data is then unreadable
         self.manifest = _read_manifest(self.dir, self._files, "")
         self.cases = _cases(self.manifest, "")
@@ -164,9 +165,12 @@ class Term:
         if case.hidden and self.sealed:
             raise FixtureError(f"a visible test read the hidden case {case.id}: its inputs would reach the "
                                "worker that serves visible tests. Filter hidden cases out (`not case.hidden`).")
-        data = self._files[case.file]
-        prefix = case.name + "/"
-        return {k[len(prefix):]: v for k, v in data.items() if k.startswith(prefix)}
+        if case.file not in self._grouped:  # a file's tensors grouped by case, once: a test reads its case's often
+            grouped = self._grouped[case.file] = {}
+            for key, value in self._files[case.file].items():
+                name, _, role = key.partition("/")
+                grouped.setdefault(name, {})[role] = value
+        return self._grouped[case.file].get(case.name, {})
 
     def inputs(self, case: Case, requires_grad: bool = False) -> dict:
         """Keyword arguments for the adapter, fresh copies so a mutating adapter harms nothing.

@@ -30,7 +30,7 @@ SYMBOLIC_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 def _real_symbolic_shapes():
     """torch's own module, imported on first need in place of the stand-in."""
     module = sys.modules.get(SYMBOLIC)
-    if isinstance(module, _ConcreteShapes):
+    if module is not None and getattr(module, "__getattr__", None) is _symbolic_getattr:
         del sys.modules[SYMBOLIC]
         parent = sys.modules["torch.fx.experimental"]
         if getattr(parent, "symbolic_shapes", None) is module:
@@ -39,76 +39,84 @@ def _real_symbolic_shapes():
     return module
 
 
-class _ConcreteShapes(types.ModuleType):
-    """The functions of torch.fx.experimental.symbolic_shapes that torch's ops call with plain
-    bools and ints (those a full run of the suite calls), each as torch writes its plain case."""
+def _symbolic_getattr(name: str):
+    """A name the stand-in does not answer (a module-level __getattr__, PEP 562: torch asks for
+    `__path__` at each `from ... import f`, and a plain module answers that fastest)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return getattr(_real_symbolic_shapes(), name)
 
-    def __getattr__(self, name: str):
-        if name.startswith("__"):  # `from ... import f` asks for __path__: a module, not a package
-            raise AttributeError(name)
-        return getattr(_real_symbolic_shapes(), name)
 
-    @staticmethod
-    def expect_true(a, skip: int = 0):
-        return a if type(a) is bool else _real_symbolic_shapes().expect_true(a, skip + 1)
+# The functions of torch.fx.experimental.symbolic_shapes that torch's ops call with plain bools and
+# ints (those a full run of the suite calls). The guards answer a bool as torch does and hand
+# anything else to torch's own function.
 
-    @staticmethod
-    def guard_or_false(a):
-        return a if type(a) is bool else _real_symbolic_shapes().guard_or_false(a)
+def expect_true(a, skip: int = 0):
+    return a if type(a) is bool else _real_symbolic_shapes().expect_true(a, skip + 1)
 
-    @staticmethod
-    def guard_or_true(a):
-        return a if type(a) is bool else _real_symbolic_shapes().guard_or_true(a)
 
-    @staticmethod
-    def guard_size_oblivious(expr):
-        return expr if type(expr) is bool else _real_symbolic_shapes().guard_size_oblivious(expr)
+def guard_or_false(a):
+    return a if type(a) is bool else _real_symbolic_shapes().guard_or_false(a)
 
-    @staticmethod
-    def statically_known_true(x):
-        return x if type(x) is bool else _real_symbolic_shapes().statically_known_true(x)
 
-    @staticmethod
-    def guarding_hint_or_throw(a):
-        return a if type(a) in (bool, int) else _real_symbolic_shapes().guarding_hint_or_throw(a)
+def guard_or_true(a):
+    return a if type(a) is bool else _real_symbolic_shapes().guard_or_true(a)
 
-    # The rest never need the real module: torch's own code, as written there (a SymInt answers
-    # through its node, and == or & on one makes a SymBool).
-    @staticmethod
-    def has_guarding_hint(a):
-        return a.node.has_hint() if isinstance(a, SYMBOLIC_TYPES) else True
 
-    @staticmethod
-    def is_nested_int(s):
-        return isinstance(s, torch.SymInt) and s.node.is_nested_int()
+def guard_size_oblivious(expr):
+    return expr if type(expr) is bool else _real_symbolic_shapes().guard_size_oblivious(expr)
 
-    @staticmethod
-    def sym_and(x, *others):
-        for y in others:
-            x = operator.and_(x, y)
-        return x
 
-    @staticmethod
-    def sym_or(x, *others):
-        for y in others:
-            x = operator.or_(x, y)
-        return x
+def statically_known_true(x):
+    return x if type(x) is bool else _real_symbolic_shapes().statically_known_true(x)
 
-    @staticmethod
-    def sym_eq(x, y):
-        if isinstance(x, (tuple, list)) and isinstance(y, (list, tuple)):
-            if len(x) != len(y):
-                return False
-            return functools.reduce(operator.and_, map(_ConcreteShapes.sym_eq, x, y), True)
-        if isinstance(x, (int, torch.SymInt)) and isinstance(y, (int, torch.SymInt)):
-            return x == y
-        raise AssertionError(f"unexpected sym_eq between {type(x)} {type(y)}")
+
+def guarding_hint_or_throw(a):
+    return a if type(a) in (bool, int) else _real_symbolic_shapes().guarding_hint_or_throw(a)
+
+
+# The rest never need the real module: torch's own code, as written there (a SymInt answers
+# through its node, and == or & on one makes a SymBool).
+
+def has_guarding_hint(a):
+    return a.node.has_hint() if isinstance(a, SYMBOLIC_TYPES) else True
+
+
+def is_nested_int(s):
+    return isinstance(s, torch.SymInt) and s.node.is_nested_int()
+
+
+def sym_and(x, *others):
+    for y in others:
+        x = operator.and_(x, y)
+    return x
+
+
+def sym_or(x, *others):
+    for y in others:
+        x = operator.or_(x, y)
+    return x
+
+
+def sym_eq(x, y):
+    if isinstance(x, (tuple, list)) and isinstance(y, (list, tuple)):
+        if len(x) != len(y):
+            return False
+        return functools.reduce(operator.and_, map(sym_eq, x, y), True)
+    if isinstance(x, (int, torch.SymInt)) and isinstance(y, (int, torch.SymInt)):
+        return x == y
+    raise AssertionError(f"unexpected sym_eq between {type(x)} {type(y)}")
+
+
+STAND_INS = (expect_true, guard_or_false, guard_or_true, guard_size_oblivious, statically_known_true,
+             guarding_hint_or_throw, has_guarding_hint, is_nested_int, sym_and, sym_or, sym_eq)
 
 
 def concrete_symbolic_shapes() -> None:
     """Stand in for torch's symbolic-shape module until something needs the real one."""
     if SYMBOLIC not in sys.modules:
-        stand_in = _ConcreteShapes(SYMBOLIC)
+        stand_in = types.ModuleType(SYMBOLIC, "stands in for torch's module: harness/torch_imports.py")
+        stand_in.__dict__.update({f.__name__: f for f in STAND_INS}, __getattr__=_symbolic_getattr)
         sys.modules[SYMBOLIC] = stand_in
         torch.fx.experimental.symbolic_shapes = stand_in
 

@@ -194,6 +194,8 @@ def test_a_broken_case_is_refused_with_a_message_never_a_traceback():
                                    "run_multihead_self_attention",
                                    "run_multihead_self_attention/typo: missing num_heads (a required argument "
                                    "of run_multihead_self_attention)"]
+    slashed = dataclasses.replace(mha, name="heads/4")
+    assert case_problems(slashed) == ["run_multihead_self_attention/heads/4: a case name may not hold '/'"]
     uneven = dataclasses.replace(mha, name="uneven", args={**mha.args, "num_heads": 5})
     assert "run_multihead_self_attention/uneven: d_model=24 is not a multiple of num_heads=5" in case_problems(uneven)
     assert case_problems(case("run_nothing", "x", n=1)) == [

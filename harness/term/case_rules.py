@@ -101,6 +101,8 @@ def _guarded(rule, *args) -> list[str]:
 def case_problems(spec) -> list[str]:
     """Every rule on one case, each line naming it."""
     where = f"{spec.function}/{spec.name}"
+    if "/" in spec.name:  # the store keys a case's tensors "name/role"
+        return [f"{where}: a case name may not hold '/'"]
     called = signature_problems(spec)
     if not called:
         called = _guarded(lambda: axis_problems(spec) + twin_problems(spec)
