@@ -221,7 +221,7 @@ def run_alibi_slopes(num_heads: int) -> Float[Tensor, "heads"]:
     return impl.positions.alibi_slopes(num_heads)
 
 
-def run_alibi_bias(num_heads: int, seq_len: int) -> Float[Tensor, "heads seq seq"]:
+def run_alibi_bias(num_heads: int, seq_len: int) -> Float[Tensor, "heads queries keys"]:
     """ALiBi's additive attention bias: bias[h, i, j] = -slope_h * |i - j|.
 
     A relative scheme: unlike learned absolute positions (a trained row per position) and fixed
@@ -256,7 +256,7 @@ def run_t5_relative_bias(
     bidirectional: bool,
     seq_len: int,
     weight: Float[Tensor, "num_buckets heads"],
-) -> Float[Tensor, "heads seq seq"]:
+) -> Float[Tensor, "heads queries keys"]:
     """T5's bucketed relative position bias: bias[h, i, j] = weight[bucket(j - i), h].
 
     A relative scheme with a learned table: one trained bias per bucket of offsets and per head,

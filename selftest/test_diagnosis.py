@@ -183,3 +183,14 @@ def test_a_float32_x_meeting_a_16_bit_weight_is_named():
     said = crash(error.value, None, {"in_features": x.bfloat16(), "weights": {"w": w}})
     assert said and "F.linear(x, self.weight.to(x.dtype))" in said, (str(error.value), said)
     assert crash(error.value, None, {"in_features": x, "weights": {"w": w.float()}}) is None  # no 16-bit input: silent
+
+
+def test_what_differs_names_each_output_axis_once():
+    """`What differs:` names axes from the return annotation: two axes of one name ("heads seq seq", as
+    ALiBi's bias was declared) read as one, and a student cannot tell queries from keys."""
+    from harness.contract import ADAPTERS
+    from harness.student_run.diagnose import output_axes
+    for name, adapter in ADAPTERS.items():
+        dims = getattr(adapter.signature.return_annotation, "dim_str", "").split()
+        axes = output_axes(name, len([d for d in dims if d != "..."]) + 1)
+        assert len(axes) == len(set(axes)), f"{name}: {axes}"
