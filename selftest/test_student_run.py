@@ -493,3 +493,21 @@ def test_a_cascade_folds_on_the_pinned_term():
     assert code == 1 and re.search(r"^run_transformer_block: \d+ failing cases?; fix run_scaled_dot_product_attention "
                                    r"first: run_transformer_block uses it", out, re.M), out
     assert re.search(r"^Likely cause: your output matches attention scores without the 1/sqrt\(d_k\) scale", out, re.M), out
+
+
+def test_a_training_run_folds_under_the_pieces_it_calls():
+    """A schedule off by one makes the training run fail too (its weights decay by other rates): the
+    blind trial read 'AdamW's step leaves them alone' there. The run's glue calls the entry points, whose
+    drills carry their tests, and run_cross_entropy: it must fold under each; no drill folds under its
+    sibling (two failing drills of AdamW would hide each other)."""
+    from harness.contract import ADAPTERS
+    from harness.term.coverage import depends_on
+    deps = depends_on()
+    training = [n for n, a in ADAPTERS.items() if a.check == "train"]
+    drills = {d for a in ADAPTERS.values() if a.entry_point for d in a.drills}
+    assert training
+    for name in training:
+        assert {"run_lr_schedule", "run_adamw_steps", "run_cross_entropy", "run_clip_gradients"} <= deps[name]
+        assert not any(ADAPTERS[d].builder for d in deps[name] - {"get_embedding"}), deps[name]
+    for drill in drills:
+        assert not deps[drill] & drills, (drill, deps[drill] & drills)

@@ -155,13 +155,22 @@ def uses(reference: Path = REFERENCE) -> dict[str, frozenset[str]]:
 def depends_on(reference: Path = REFERENCE) -> dict[str, set[str]]:
     """Contract function -> the other functions whose code its own code uses (run_transformer_lm ->
     run_rope, run_softmax, ...): a function whose glue calls a symbol that F's symbols use. Two
-    functions of the same symbol (run_transformer_lm, get_transformer_lm) are peers, not dependencies."""
+    functions of the same symbol (run_transformer_lm, get_transformer_lm) are peers, not dependencies;
+    but an entry point F's glue calls (AdamW, the schedule) stands for its drills, which carry its tests
+    (a training run with a wrong schedule fails because run_lr_schedule does), and a training run uses
+    every function that shares a piece with it (its loss is run_cross_entropy's), builders aside (it
+    starts from given weights)."""
     from harness.contract import ADAPTERS
     used = uses(reference)
     out = {}
     for name, a in ADAPTERS.items():
         reached = set().union(*(used.get(s, ()) for s in a.symbols)) - a.symbols
         out[name] = {other for other, b in ADAPTERS.items() if other != name and b.symbols & reached}
+        out[name] |= {drill for b in ADAPTERS.values() if b.entry_point and b.symbols & a.symbols
+                      and name not in b.drills for drill in b.drills}
+        if a.check == "train":
+            out[name] |= {other for other, b in ADAPTERS.items() if other != name and b.symbols & a.symbols
+                          and not b.builder and not b.entry_point}
     return out
 
 
