@@ -1,6 +1,8 @@
 """What a failure report explains, proved both ways: each sentence appears where its
 evidence is, and correct code gets none (issue 16: say only what is true)."""
 
+import re
+
 import pytest
 import torch
 
@@ -274,22 +276,25 @@ def test_a_reworded_hint_is_the_variants_own():
     assert REWORDED and all(VARIANTS[name].hint == text for name, text in REWORDED.items())
 
 
-def test_a_property_whose_oracle_is_another_function_checks_that_function_first(submission, tmp_path):
+def test_a_property_whose_oracle_is_another_function_checks_that_function_first(submission, tmp_path, capsys):
     """The GQA properties compare with the student's own MHA. Here GQA is right (torch's SDPA) and
-    MHA scales its scores by d_k, not sqrt(d_k): the GQA tests must say to fix MHA first, not
-    blame GQA's kv grouping."""
+    MHA scales its scores by d_k, not sqrt(d_k): the GQA tests must not run and say to fix MHA first,
+    not blame GQA's kv grouping, and the table shows GQA blocked, not failed."""
     from conftest import edit
     target, _ = submission("attention.py", "    scores = q @ k.transpose(-1, -2) / math.sqrt(Q.shape[-1])",
                            "    scores = q @ k.transpose(-1, -2) / Q.shape[-1]")
     edit(tmp_path / "submission0" / "student" / "gpt2.py", "out = attention.scaled_dot_product_attention(q, k, v, causal)",
          "out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=causal)")
     run = run_suite("--adapters", target, "--function", "run_grouped_query_attention")
-    properties = [m for n, m in run.messages.items() if n in run.failed and "test_gqa_" in n]
+    properties = [m for n, m in run.messages.items() if run.outcomes[n] == "skipped" and "test_gqa_" in n]
     assert properties, run.messages
     for message in properties:
-        assert "fix run_multihead_self_attention first" in message, message
+        assert "not run: fix run_multihead_self_attention first" in message, message
         assert "kv head h //" not in message and "must equal" not in message, message
     assert not [n for n in run.failed if "test_fixture" in n]  # GQA itself is right
+    out = capsys.readouterr().out
+    assert re.search(r"run_grouped_query_attention +blocked .*not run until run_multihead_self_attention passes",
+                     out), out
 
 
 POSITION_0 = "only position 0 is right"

@@ -479,12 +479,16 @@ def pytest_runtest_makereport_tag(item, call):
                            for title, text in report.sections]
         report.carries_points = carries_points(item)
         report.check = check_of(item)
+        if report.skipped and isinstance(report.longrepr, tuple) and \
+                (waits := WAITS_ON.search(str(report.longrepr[2]))) and waits[1] in ADAPTERS:
+            report.waits_on = waits[1]  # a test that compares with another of the student's functions, failing
         if report.failed and item.get_closest_marker("reports_only") and call.excinfo is not None \
                 and not call.excinfo.errisinstance(NotImplementedError):
             _label(report, REPORTS_ONLY)
     return report
 
 
+WAITS_ON = re.compile(r"not run: fix (\w+) first")
 REPORTS_ONLY = ("(report-only: the verdict rests on what your code reports about itself, so grading gives it "
                 "no points; the mistake it names is still real)")
 

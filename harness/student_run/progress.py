@@ -32,6 +32,7 @@ class Progress:
         # something else, and then no unit is ever declared done.
         self.totals: dict[str, int] = {}
         self.unscored: dict[str, int] = {}  # ... of them, those that carry no points (report-only)
+        self.waits: dict[str, Counter] = {}  # function -> the failing functions its skipped tests wait on
         self.complete = complete
 
     def pytest_runtest_logreport(self, report):
@@ -39,6 +40,8 @@ class Progress:
         if name and (report.when == "call" or report.failed):
             self.record(name, report.outcome, getattr(report, "not_implemented", False), report.nodeid,
                         getattr(report, "check", ""), getattr(report, "carries_points", True))
+            if getattr(report, "waits_on", None):
+                self.waits.setdefault(name, Counter())[report.waits_on] += 1
 
     def pytest_sessionfinish(self, session):
         workeroutput = getattr(session.config, "workeroutput", None)
@@ -86,11 +89,11 @@ class Progress:
 
     def status(self, adapter: str) -> str:
         counts = self.results[adapter]
-        if counts["failed"] == 0 and counts["not implemented"] == 0:
-            return "passed"
         if counts["failed"]:
             return "failed"
-        return "not implemented"
+        if counts["not implemented"]:
+            return "not implemented"
+        return "blocked" if self.waits.get(adapter) else "passed"
 
     def unrun(self, adapter: str) -> int | None:
         """Tests of this function that did not run; None when unknown."""
@@ -123,6 +126,8 @@ class Progress:
                 # Points only for a function whose tests all ran: a part of them would read as a deduction.
                 column = f" {unrun} not run: its points once they all run" if unrun else \
                     self.points_column(name, hidden.get(name, 0))
+                if waits := self.waits.get(name):  # its own tests pass; some wait on another function
+                    column += "; " + ", ".join(f"{n} not run until {other} passes" for other, n in waits.items())
                 lines.append(f"  {name:<38} {self.status(name):<16} {counts['passed']:>3}/{ran:<3} tests {column}")
             done = [n for n in members if self.unrun(n) == 0 and n in self.results and self.status(n) == "passed"]
             if len(done) == len(members):

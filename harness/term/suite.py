@@ -18,7 +18,7 @@ from harness.student_run.plugin import ADAPTER, scoring_facts
 class SuiteRun:
     exit_code: int = 0
     outcomes: dict = field(default_factory=dict)   # nodeid -> "passed" / "failed"
-    messages: dict = field(default_factory=dict)   # nodeid -> failure report
+    messages: dict = field(default_factory=dict)   # nodeid -> failure report, or why a skipped test did not run
     adapters: dict = field(default_factory=dict)   # nodeid -> contract function
     facts: dict = field(default_factory=dict)      # nodeid -> what scoring needs (plugin.scoring_facts)
     output: str = ""                               # what pytest printed
@@ -40,6 +40,8 @@ class _Collector:
             self.run.outcomes[report.nodeid] = report.outcome
             if report.failed:
                 self.run.messages[report.nodeid] = str(report.longrepr)
+            elif report.skipped and isinstance(report.longrepr, tuple):  # why it did not run
+                self.run.messages[report.nodeid] = str(report.longrepr[2])
 
     def pytest_collection_modifyitems(self, items):
         for item in items:
