@@ -194,3 +194,21 @@ def test_what_differs_names_each_output_axis_once():
         dims = getattr(adapter.signature.return_annotation, "dim_str", "").split()
         axes = output_axes(name, len([d for d in dims if d != "..."]) + 1)
         assert len(axes) == len(set(axes)), f"{name}: {axes}"
+
+
+@pytest.mark.parametrize("factor, said", [(5.0, "(a factor of 5)"), (2.0, "(a factor of 2)"),
+                                          (8 ** 0.5, "(a scale of sqrt(8))"), (1.37, "constant factor")])
+def test_a_constant_factor_is_named_by_its_own_number(factor, said):
+    """A loss summed over 5 examples is 5x its mean: 'a scale of sqrt(25)' (blind trial) says nothing."""
+    from harness.student_run.diagnose import heuristic
+    expected = torch.randn(4, 6, generator=torch.Generator().manual_seed(0))
+    text = heuristic(expected * factor, expected, 1e-5, 1e-4)
+    assert text.endswith(said) and "sqrt(25)" not in text and "sqrt(4)" not in text, text
+
+
+def test_a_match_at_zero_error_reads_exactly():
+    from harness.student_run.diagnose import match_evidence
+    actual = torch.arange(6.0)
+    assert match_evidence(actual, {"idx": torch.tensor([1, 4]), "val": torch.tensor([1.0, 4.0])}).startswith(
+        "exactly equal to it at 2 sampled elements")
+    assert "within 0.5" in match_evidence(actual, {"idx": torch.tensor([1]), "val": torch.tensor([1.5])})

@@ -80,7 +80,8 @@ def match_evidence(actual, fp: dict) -> str:
         return f"all {len(fp)} counts equal that mistake's"
     sample = actual.detach().flatten()[fp["idx"]].double()
     error = (sample - fp["val"].double()).abs().max().item()
-    return f"equal to it within {error:.2g} at {fp['idx'].numel()} sampled elements, where it differs most and at random"
+    how = "exactly equal to it" if error == 0 else f"equal to it within {error:.2g}"
+    return f"{how} at {fp['idx'].numel()} sampled elements, where it differs most and at random"
 
 
 def heuristic(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float,
@@ -100,7 +101,8 @@ def heuristic(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: f
     scale = (a * e).sum() / (e * e).sum().clamp_min(1e-30)
     if abs(scale.item() - 1) > 1e-3 and close(a, scale * e):
         factor = scale.item() if scale.item() > 1 else 1 / scale.item()
-        known = ("a factor of 2" if abs(factor - 2) < 1e-3 else  # name a cause only when the number is its own
+        # Name a cause only when the number is its own: a whole factor, or the root of a whole number (sqrt(d_k)).
+        known = (f"a factor of {round(factor)}" if abs(factor - round(factor)) < 1e-3 else
                  f"a scale of sqrt({round(factor ** 2)})" if abs(factor ** 2 - round(factor ** 2)) < 1e-3 else "")
         return (f"every value is {scale.item():.4g} x the expected one: a missing or extra constant factor"
                 + (f" ({known})" if known else ""))
