@@ -10,6 +10,7 @@ float16/bfloat16 output.) Here each rule is checked, and proved able to fail."""
 import dataclasses
 
 import pytest
+import torch
 
 from harness.term.case_rules import _low_precision_size, axis_problems, clashes, exponential_ranges, low_precision, \
     narrow_spread, public, unvaried
@@ -156,8 +157,8 @@ def test_twins_of_cases_without_tensors_take_a_fresh_value_of_every_size():
 
 
 def test_a_twin_that_would_equal_its_public_case_is_refused(monkeypatch, tmp_path, capsys):
-    """Nothing in it can take a fresh value: one given position, and d_model that sets no input's
-    shape. `term new`, `contract --check` and the rules refuse it, naming it."""
+    """Nothing in it can take a fresh value: no tensor, and one head (1 stays 1: it says what the case is
+    about). `term new`, `contract --check` and the rules refuse it, naming it."""
     import argparse
 
     import harness.term.build
@@ -165,17 +166,17 @@ def test_a_twin_that_would_equal_its_public_case_is_refused(monkeypatch, tmp_pat
     from harness.term.case_rules import case_problems
     from harness.cli import contract_render
     from conftest import PROJECT
-    frozen = case("run_sinusoidal_positions", "one-position", "", d_model=8, token_positions=given([5]))
+    frozen = case("run_alibi_slopes", "one-head", "", num_heads=1)
     assert any("twin would equal it" in p for p in case_problems(frozen)), case_problems(frozen)
-    assert not case_problems(dataclasses.replace(frozen, args={**frozen.args, "token_positions": given([5, 9])}))
-    catalogue = [s for s in CATALOGUE if s.function != "run_sinusoidal_positions"] + \
-        [frozen, *[s for s in CATALOGUE if s.function == "run_sinusoidal_positions"]]
+    assert not case_problems(dataclasses.replace(frozen, args={"num_heads": 2}))
+    catalogue = [s for s in CATALOGUE if s.function != "run_alibi_slopes"] + \
+        [frozen, *[s for s in CATALOGUE if s.function == "run_alibi_slopes"]]
     monkeypatch.setattr(harness.term.catalogue, "CATALOGUE", catalogue)
     monkeypatch.setattr(harness.term.build, "CATALOGUE", catalogue)
-    with pytest.raises(ValueError, match="run_sinusoidal_positions/one-position: its hidden twin would equal it"):
+    with pytest.raises(ValueError, match="run_alibi_slopes/one-head: its hidden twin would equal it"):
         harness.term.build.build_term(tmp_path, "t", 1)
     assert contract_render(PROJECT, argparse.Namespace(check=True)) == 1
-    assert "catalogue: run_sinusoidal_positions/one-position: its hidden twin" in capsys.readouterr().out
+    assert "catalogue: run_alibi_slopes/one-head: its hidden twin" in capsys.readouterr().out
 
 
 def run_heads_only(num_heads: int) -> int:
@@ -294,3 +295,25 @@ def test_a_tensor_free_twin_differs_from_every_public_case_of_its_function(seed)
     # without the public cases to avoid, one of these seeds draws a clash: the test can fail
     assert any(p.args == twin(s, sd).args for sd in (0, 1, 27115, 4099) for s in free for p in public
                if p.function == s.function and p.name != s.name)
+
+
+def test_a_case_of_given_values_only_gets_fresh_values_in_its_twin():
+    """A twin that only shuffles a case's given values (sinusoidal positions 0..9, softmax rows) is
+    answered by a lookup of the public outputs, row by row: the red team earned 3 points so. Each such
+    case's twin holds values the public case does not, and a case that would only shuffle is refused."""
+    from harness.paths import leaves
+    from harness.term.case_rules import case_problems
+    from harness.term.catalogue import Gen, twin
+    only_given = [s for s in CATALOGUE if not s.hidden and (gens := [g for _, g in leaves(s.args) if isinstance(g, Gen)])
+                  and all(g.kind == "given" for g in gens)]
+    assert len(only_given) >= 5
+    for spec in only_given:
+        for seed in (0, 1, 27115):
+            fresh = dict(leaves(twin(spec, seed).args))
+            refreshed = [path for path, g in leaves(spec.args) if isinstance(g, Gen) and
+                         sorted(torch.tensor(g.params["values"]).flatten().tolist()) !=
+                         sorted(torch.tensor(fresh[path].params["values"]).flatten().tolist())]
+            assert refreshed, f"{spec.function}/{spec.name}: its twin only permutes its values"
+        stale = dataclasses.replace(spec, args={k: Gen(v.kind, v.shape, {p: x for p, x in v.params.items() if p != "fresh"})
+                                                if isinstance(v, Gen) else v for k, v in spec.args.items()})
+        assert any("its twin would only shuffle them" in p for p in case_problems(stale)), spec.name

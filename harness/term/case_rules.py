@@ -27,7 +27,7 @@ import typing
 import torch
 from torch.overrides import TorchFunctionMode
 
-from harness.term.catalogue import same_values, twin
+from harness.term.catalogue import Gen, same_values, twin
 from harness.contract import ADAPTERS, DIVISIBLE
 from harness.paths import assemble, leaves
 
@@ -133,7 +133,13 @@ def twin_problems(spec) -> list[str]:
     """A public case's hidden twin (harness/term/catalogue.twin) must differ from it, or an answer stored
     for the public case answers the twin too. (That it differs from the function's other public cases
     too, twin() sees to, drawing again.)"""
-    if spec.hidden or not same_values(spec, twin(spec, 0)):
+    if spec.hidden:
+        return []
+    tensors = [g for _, g in leaves(spec.args) if isinstance(g, Gen)]
+    if tensors and all(g.kind == "given" and g.params.get("fresh", "shuffle") in ("shuffle", "keep") for g in tensors):
+        return ["every tensor of it is given and its twin would only shuffle them: a lookup of the public "
+                "outputs answers a shuffle; refresh one (given(..., fresh='noise') for floats, 'offset' for ints)"]
+    if not same_values(spec, twin(spec, 0)):
         return []
     return ["its hidden twin would equal it: it has no random tensor, no given values a shuffle changes and "
             "no size of 2 or more; give it one, so the twin gets fresh values"]

@@ -100,9 +100,14 @@ def chain(n, *, vocab, used) -> Gen:
     return Gen("chain", (n,), {"vocab": vocab, "used": used})
 
 
-def given(values, dtype: str | None = None) -> Gen:
-    """Exactly these values; `dtype` ("float16", ...) for values that must be 16-bit."""
-    return Gen("given", params={"values": values, **({"dtype": dtype} if dtype else {})})
+def given(values, dtype: str | None = None, fresh: str = "shuffle") -> Gen:
+    """Exactly these values; `dtype` ("float16", ...) for values that must be 16-bit. `fresh`: how the
+    hidden twin refreshes them, "shuffle" (along the last axis), "noise" (floats: each moves by up to
+    1/4, so far-apart rows stay far apart), "offset" (ints: all shift by one random step, so gaps
+    and repeats stay) or "keep" (targets that must stay aligned with inputs refreshed). A case whose tensors are all given must refresh one of them beyond a shuffle:
+    a shuffle of its public values is answered by a lookup of its public outputs (case_rules)."""
+    return Gen("given", params={"values": values, **({"dtype": dtype} if dtype else {}),
+                                **({"fresh": fresh} if fresh != "shuffle" else {})})
 
 
 def weight(d_out, d_in, dtype="float32") -> Gen:
@@ -207,7 +212,7 @@ def twin(spec: Spec, seed: int, public: tuple = ()) -> Spec:
     args = dict(spec.args)
     for arg, value in spec.args.items():
         if isinstance(value, Gen) and value.kind == "given":
-            args[arg] = given(_shuffled(torch.tensor(value.params["values"]), g).tolist(), value.params.get("dtype"))
+            args[arg] = given(_refreshed(value, g).tolist(), value.params.get("dtype"), value.params.get("fresh", "shuffle"))
     if not any(spec.gens()):
         taken = [p.args for p in public if p.function == spec.function]
         for _ in range(100):
@@ -259,6 +264,18 @@ def same_values(a: Spec, b: Spec) -> bool:
         elif x != y or type(x) is not type(y):
             return False
     return True
+
+
+def _refreshed(value: Gen, g: torch.Generator) -> torch.Tensor:
+    """A twin's values for a given tensor (see `given`)."""
+    t = torch.tensor(value.params["values"])
+    how = value.params.get("fresh", "shuffle")
+    if how == "noise":
+        noisy = t.double() + (torch.rand(t.shape, generator=g, dtype=torch.float64) - 0.5) / 2
+        return noisy.to(getattr(torch, value.params.get("dtype", "float32")))
+    if how == "offset":
+        return t + int(torch.randint(1, 1000, (), generator=g))
+    return t if how == "keep" else _shuffled(t, g)
 
 
 def _shuffled(t: torch.Tensor, g: torch.Generator) -> torch.Tensor:
@@ -330,15 +347,15 @@ UNIT_2_1 = [
 
     # ---- run_sinusoidal_positions: interleaved layout, 0-based, far positions
     case("run_sinusoidal_positions", "arange-1d", "positions 0..9, d_model=16",
-         d_model=16, token_positions=given(list(range(10)))),
+         d_model=16, token_positions=given(list(range(10)), fresh="offset")),
     case("run_sinusoidal_positions", "offset-2d", "positions offset by 100 in a [2, 5] batch",
-         d_model=8, token_positions=given([[100, 101, 102, 103, 104], [200, 201, 202, 203, 204]])),
+         d_model=8, token_positions=given([[100, 101, 102, 103, 104], [200, 201, 202, 203, 204]], fresh="offset")),
     case("run_sinusoidal_positions", "gaps-3d", "gapped positions shaped [2, 2, 3], d_model=6",
-         d_model=6, token_positions=given([[[0, 5, 9], [1, 1, 2]], [[13, 3, 8], [40, 0, 7]]])),
+         d_model=6, token_positions=given([[[0, 5, 9], [1, 1, 2]], [[13, 3, 8], [40, 0, 7]]], fresh="offset")),
     case("run_sinusoidal_positions", "random-4d", "random positions shaped [1, 2, 2, 4]",
          d_model=12, token_positions=ints(1, 2, 2, 4, high=64)),
     case("run_sinusoidal_positions", "far-positions", "positions up to 20,000, beyond any training length",
-         d_model=16, token_positions=given([0, 1000, 4095, 12345, 20000])),
+         d_model=16, token_positions=given([0, 1000, 4095, 12345, 20000], fresh="offset")),
     case("run_sinusoidal_positions", "hidden-wide", "d_model=64", hidden=True,
          d_model=64, token_positions=ints(3, 6, high=100)),
 
@@ -430,9 +447,10 @@ UNIT_2_2 = [
          in_features=normal(4, 6, scale=3.0, offset=100.0), dim=-1),
     case("run_softmax", "4d", "[2, 2, 3, 5] along dim=-1", in_features=normal(2, 2, 3, 5), dim=-1),
     case("run_softmax", "rows-far-apart", "one row near 0, one near +1000: the max must be per row, not global",
-         in_features=given([[0.1, -0.3, 0.5, 0.2, -1.0], [1000.0, 1001.5, 999.2, 1000.7, 998.9]]), dim=-1),
+         in_features=given([[0.1, -0.3, 0.5, 0.2, -1.0], [1000.0, 1001.5, 999.2, 1000.7, 998.9]], fresh="noise"),
+         dim=-1),
     case("run_softmax", "spread-300", "one row spans 300: exp(x - mean) overflows, only the row max bounds exp by 1",
-         in_features=given([[0.5, -150.0, 10.0, 150.0, -5.0], [300.0, 0.0, 1.0, -2.0, 0.0]]), dim=-1),
+         in_features=given([[0.5, -150.0, 10.0, 150.0, -5.0], [300.0, 0.0, 1.0, -2.0, 0.0]], fresh="noise"), dim=-1),
     # Few keys a row, so most probabilities are large: where they are tiny, float32 rounding (the slack of
     # the 1-ulp judgement) would hide a softmax computed in 16 bits.
     case("run_softmax", "fp16", "float16 [48, 12], |x| up to about 6: computed in float32, rounded once",
@@ -895,8 +913,8 @@ TRAIN_PIECES: list[Spec] = [
     case("run_cross_entropy", "bf16", "bfloat16 logits [24, 16]: the loss is bfloat16, computed in float32",
          inputs=normal(24, 16, scale=3.0, dtype="bfloat16"), targets=ints(24, high=16)),
     case("run_cross_entropy", "fp16-confident", "float16 logits [16, 16], each target 12 above the rest: a loss "
-         "of about 1e-4 that 1 + exp(-12) in 16 bits rounds to 0", inputs=given(CONFIDENT, dtype="float16"),
-         targets=given(CONFIDENT_TARGETS)),
+         "of about 1e-4 that 1 + exp(-12) in 16 bits rounds to 0", inputs=given(CONFIDENT, dtype="float16", fresh="noise"),
+         targets=given(CONFIDENT_TARGETS, fresh="keep")),
     case("run_cross_entropy", "fp16-large", "float16 logits of size about 30 [3, 14]: exp overflows float16 above 11",
          inputs=normal(3, 14, scale=30.0, dtype="float16"), targets=ints(3, high=14)),
     case("run_cross_entropy", "hidden-lm", "", hidden=True,
