@@ -232,6 +232,18 @@ register("detached_table", "the table is detached, so it gets no gradient",
 register("bf16_round_trip", "the table goes through bf16 and back",
          hint="a table rounded through bfloat16 and back: a lookup must copy rows bit-exactly", mistake=5,
          embeddings__embedding_lookup=lambda w, ids: _lookup(w.to(torch.bfloat16), ids).to(w.dtype))
+def _embed_rounding_positions(token_weights, position_weights, token_ids):
+    """A 16-bit table plus position vectors rounded to its dtype first: two roundings (blind trial)."""
+    positions = torch.arange(token_ids.shape[-1])
+    pos = emb.sinusoidal_positions(token_weights.shape[1], positions) if position_weights is None \
+        else emb.learned_positions(position_weights, positions)
+    return _lookup(token_weights, token_ids) + pos.to(token_weights.dtype)
+
+
+register("positions_rounded_before_the_sum", "sinusoidal vectors rounded to the 16-bit table's dtype, then added",
+         hint=("position vectors rounded to the table's 16-bit dtype before the addition: the sum rounds twice; "
+               "add in float32 and round the sum once"),
+         embeddings__embed_with_positions=_embed_rounding_positions)
 register("positions_indexed_by_ids", "position vectors indexed by token ids",
          hint="position vectors indexed by token ids instead of by positions 0..seq-1", mistake=6,
          embeddings__embed_with_positions=_embed_at(lambda ids, seq: ids))
@@ -1226,7 +1238,9 @@ class _FusedQKV(attention.MultiHeadSelfAttention):
             token_positions = torch.arange(seq, device=x.device)
         if self.rope is not None:
             q, k = self.rope(q, token_positions.unsqueeze(-2)), self.rope(k, token_positions.unsqueeze(-2))
-        if self.mask_from_positions:  # "key j is visible when j <= my position": indices against values
+        if self.mask_from_positions == "values":  # "key j is visible when its position <= mine"
+            mask = (token_positions[..., None, :] <= token_positions[..., :, None]).unsqueeze(-3)
+        elif self.mask_from_positions:  # "key j is visible when j <= my position": indices against values
             mask = (torch.arange(seq, device=x.device) <= token_positions[..., :, None]).unsqueeze(-3)
         else:
             mask = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
@@ -1255,6 +1269,11 @@ register("causal_mask_from_position_values", "the causal mask compares key indic
          hint=("a causal mask built from token_positions' values (key j visible when j <= position): positions say "
                "how far RoPE rotates, not which keys a query sees; build it from indices, tril(ones(seq, seq))"),
          attention__MultiHeadSelfAttention=_set(_FusedQKV, mask_from_positions=True))
+register("causal_mask_between_position_values", "the causal mask compares token_positions' values with each other",
+         hint=("a causal mask built from token_positions' values (key j visible when its position <= the query's): "
+               "positions say how far RoPE rotates, not which keys a query sees; build the mask from sequence order, "
+               "tril(ones(seq, seq))"),
+         attention__MultiHeadSelfAttention=_set(_FusedQKV, mask_from_positions="values"))
 register("fused_qkv", "fused QKV projection, split (3, heads, d_k), positions by index", correct=True,
          attention__MultiHeadSelfAttention=_FusedQKV)
 register("layernorm_eps_fixed", "LayerNorm with eps fixed at 1e-5",

@@ -101,6 +101,27 @@ def test_reduced_precision_is_judged_within_one_ulp():
     assert torch.isclose(low, reference, atol=1e-2, rtol=1.6e-2).all()
 
 
+def test_a_16_bit_table_plus_positions_rounded_first_fails_its_public_case():
+    """A bfloat16 table plus sinusoidal vectors rounded to bfloat16 first (blind trial: no case had a 16-bit
+    table with sinusoidal positions, so every test passed it). The vectors' own rounding error is many ulps
+    of a sum that cancels: the public case fails it on any seed, and passes float32 vectors computed
+    another way."""
+    from harness.student_run.compare import Mismatch, assert_close
+    from harness.term.catalogue import CATALOGUE
+    from reference.variants import VARIANTS
+    import reference.adapters as ref
+    spec = next(s for s in CATALOGUE if s.function == "run_embed_with_positions" and s.name == "bf16-sinusoidal")
+    for seed in range(8):
+        generated = spec.generate(seed)
+        args = [spec.args[k] if k in spec.args and k not in generated else generated.get(k) for k in
+                ("vocab_size", "context_length", "d_model", "token_weights", "position_weights", "token_ids")]
+        expected = ref.run_embed_with_positions(*args)
+        judge = dict(what="output", atol=1e-5, rtol=1e-4, header="case", ulps=1)
+        assert_close(VARIANTS["float32_sinusoidal"].run_embed_with_positions(*args), expected, **judge)
+        with pytest.raises(Mismatch):
+            assert_close(VARIANTS["positions_rounded_before_the_sum"].run_embed_with_positions(*args), expected, **judge)
+
+
 def test_output_right_gradient_wrong_is_said():
     run = run_suite("--adapters", "reference.variants:silu_sigmoid_detached", "--function", "run_silu")
     gradients = [m for n, m in run.messages.items() if ":gradient]" in n or "gradient" in m]

@@ -379,6 +379,10 @@ UNIT_2_1 = [
     case("run_embed_with_positions", "bf16-learned", "bfloat16 tables: the sum rounded once, in bfloat16",
          vocab_size=36, context_length=12, d_model=8, token_weights=normal(36, 8, dtype="bfloat16"),
          position_weights=normal(12, 8, dtype="bfloat16"), token_ids=ints(3, 7, high=36)),
+    case("run_embed_with_positions", "bf16-sinusoidal", "bfloat16 table, sinusoidal positions: the float32 sum "
+         "rounded once (position vectors rounded to bfloat16 first err by their own ulp, many of the sum's)",
+         tolerance=sinusoidal_tolerance, vocab_size=40, context_length=10, d_model=16, token_weights=normal(40, 16, dtype="bfloat16"),
+         position_weights=None, token_ids=ints(3, 9, high=40)),
     case("run_embed_with_positions", "hidden-fp16-learned", "", hidden=True,
          vocab_size=36, context_length=10, d_model=12, token_weights=normal(36, 12, dtype="float16"),
          position_weights=normal(10, 12, dtype="float16"), token_ids=ints(2, 9, high=36)),
