@@ -103,8 +103,11 @@ class Term:
         self.manifest = _read_manifest(self.dir, self._files, "")
         self.cases = _cases(self.manifest, "")
         self.hidden_loaded = hidden and (self.dir / HIDDEN / MANIFEST).is_file()
+        self.grading_seed = None  # the hidden manifest's: known only where hidden cases are loaded
         if self.hidden_loaded:
-            self.cases += _cases(_read_manifest(self.dir / HIDDEN, self._files, HIDDEN + "/"), HIDDEN + "/")
+            hidden_manifest = _read_manifest(self.dir / HIDDEN, self._files, HIDDEN + "/")
+            self.cases += _cases(hidden_manifest, HIDDEN + "/")
+            self.grading_seed = hidden_manifest.get("grading_seed")
 
     @property
     def hidden_counts(self) -> dict[str, int]:

@@ -231,10 +231,11 @@ def test_missing_adapters_is_a_clear_zero(graded):
 @pytest.mark.parametrize("name", list(ATTACKS))
 def test_every_attack_scores_zero_or_only_its_honest_part(graded, name):
     result = graded["results"][name]
-    if name == "records_hidden":  # correct code, except that SiLU raises: it loses SiLU's points only
+    # correct code, except one function that raises where it spies: it loses that function's points only
+    if spied := {"records_hidden": "run_silu", "reports_its_draws": "run_softmax"}.get(name):
         scores = per_function(graded, name)
-        assert scores["run_silu"] < ADAPTERS["run_silu"].points
-        assert all(scores[fn] == pytest.approx(a.points) for fn, a in GRADED.items() if fn != "run_silu")
+        assert scores[spied] < ADAPTERS[spied].points
+        assert all(scores[fn] == pytest.approx(a.points) for fn, a in GRADED.items() if fn != spied)
     else:
         assert result.score == 0, f"{name} scored {result.score}"
 
@@ -346,6 +347,19 @@ def test_a_lookup_over_buggy_code_scores_what_the_buggy_code_scores(graded):
     assert all(t.outcome == "passed" for t in _public_value_checks(hidden))
     assert 0 < alone.score < FULL and hidden.score == alone.score, (alone.score, hidden.score)
     assert per_function(graded, "looks_up_over_two_bugs") == per_function(graded, "two_bugs")
+
+
+def test_property_tests_draw_other_values_in_grading(graded):
+    """A property test's inputs come from seeds in the public tests: in grading they are moved by a value
+    only the grading seed gives, so answers looked up for the public draws answer nothing (red team A4:
+    such a table over softmax and cross-entropy without the max earned 1.39 points)."""
+    from harness.student_run.checks import generator
+    result = graded["results"]["reports_its_draws"]
+    said = [t.message for t in result.tests if "test_softmax_slices_sum_to_one[-1]" in t.id]
+    assert said and "drawn [" in said[0], said
+    drawn = [float(v) for v in said[0].split("drawn [")[1].split("]")[0].split(",")]
+    public = torch.randn(4, 5, 6, generator=generator(0))[0, 0, :3].tolist()  # what a student's run draws
+    assert len(drawn) == 3 and all(abs(a - b) > 1e-4 for a, b in zip(drawn, public)), (drawn, public)
 
 
 @pytest.mark.parametrize("probe", ["test_lookup_allocates_no_one_hot[run_embedding]",

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from harness.student_run.checks import oracle_passes
+from harness.student_run.checks import generator, oracle_passes
 from harness.contract import gpt2_lm_weight_shapes
 from harness.student_run.probes import parameter_roles
 
@@ -20,7 +20,7 @@ NORM_GAINS = ("ln1.weight", "ln2.weight", "ln_final.weight")
 
 
 def randn(*shape, seed=0):
-    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+    return torch.randn(shape, generator=generator(seed))
 
 
 def build(adapters, seed=0):
@@ -132,7 +132,7 @@ def test_gpt2_initialisation_is_nanogpts(adapters):
     model = build(adapters)
     contract = set(gpt2_lm_weight_shapes(CONFIG["vocab_size"], CONFIG["context_length"], CONFIG["d_model"],
                                          CONFIG["num_layers"], CONFIG["d_ff"]))
-    ids = torch.randint(0, CONFIG["vocab_size"], (1, 4), generator=torch.Generator().manual_seed(3))
+    ids = torch.randint(0, CONFIG["vocab_size"], (1, 4), generator=generator(3))
     roles = parameter_roles(model, ids)
     problems, unjudged = [], []
     for name, p in model.named_parameters():

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from harness.contract import lm_weight_shapes
+from harness.student_run.checks import generator
 from harness.student_run.probes import parameter_roles, tables_indexed
 
 adapter = pytest.mark.adapter
@@ -127,7 +128,7 @@ def build_initialised(adapters, init_scheme="cs336"):
 @adapter("get_transformer_lm")
 def test_eval_forward_is_deterministic(adapters):
     model = build_initialised(adapters).eval()
-    ids = torch.randint(0, CONFIG["vocab_size"], (2, 8), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(0, CONFIG["vocab_size"], (2, 8), generator=generator(1))
     with torch.no_grad():
         first, second = model(ids), model(ids)
     assert torch.isfinite(first).all() and torch.isfinite(second).all(), (
@@ -140,7 +141,7 @@ def test_eval_forward_is_deterministic(adapters):
 @adapter("get_transformer_lm")
 def test_logits_are_causal(adapters):
     model = build_initialised(adapters).eval()
-    ids = torch.randint(0, CONFIG["vocab_size"], (1, 8), generator=torch.Generator().manual_seed(2))
+    ids = torch.randint(0, CONFIG["vocab_size"], (1, 8), generator=generator(2))
     changed = ids.clone()
     changed[0, 5:] = (changed[0, 5:] + 1) % CONFIG["vocab_size"]
     with torch.no_grad():
@@ -171,7 +172,7 @@ def test_initialisation_statistics(adapters, scheme):
     model = build_initialised(adapters, scheme)
     # Judge each matrix by its role, not its name: the embedding is the table the forward indexes;
     # where the names are not the contract's, a residual projection is the matrix a sublayer ends with.
-    ids = torch.randint(0, CONFIG["vocab_size"], (1, 4), generator=torch.Generator().manual_seed(3))
+    ids = torch.randint(0, CONFIG["vocab_size"], (1, 4), generator=generator(3))
     with torch.no_grad():
         tables = tables_indexed(model, ids)
     roles = parameter_roles(model, ids)

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from harness.student_run.checks import oracle_passes
+from harness.student_run.checks import generator, oracle_passes
 
 adapter = pytest.mark.adapter
 
@@ -17,7 +17,7 @@ LONG = 300  # longer than any fixture case
 
 
 def randn(*shape, seed=0):
-    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+    return torch.randn(shape, generator=generator(seed))
 
 
 def _shift_invariant(bias: torch.Tensor, what: str) -> None:

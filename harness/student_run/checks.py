@@ -168,6 +168,16 @@ def _check_not_mutated(term: Term, case: Case, kwargs: dict) -> None:
                            "Callers reuse their tensors: never write into an argument.")
 
 
+PROPERTY_DRAWS = {"offset": 0}  # moved in grading by the plugin: a value only the grading seed gives
+
+
+def generator(seed: int) -> torch.Generator:
+    """The generator a property test draws its inputs from. In a student's run its seed is the one the
+    test names; in grading it is moved by a value derived from the term's grading seed, so a table of
+    answers to the public tests' own draws, laid over wrong code, answers nothing there."""
+    return torch.Generator().manual_seed(seed + PROPERTY_DRAWS["offset"])
+
+
 def oracle_passes(adapters, term: Term, oracle: str, judged: str) -> None:
     """For a property test that judges `judged` against another of the student's functions,
     `oracle` (GQA with every kv head against the student's MHA): check the oracle first, on its
