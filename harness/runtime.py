@@ -8,7 +8,6 @@ the adapter's name, the argument and the axis rather than deep in a test.
 import importlib
 import importlib.util
 import inspect
-import re
 import sys
 import sysconfig
 import traceback

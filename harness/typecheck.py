@@ -12,7 +12,6 @@ so a new form fails `python -m harness contract --check`, never a student's run.
 """
 
 import collections.abc
-import os
 import types
 import typing
 
