@@ -588,3 +588,24 @@ def test_flops_off_in_one_part_are_told_by_part_not_as_macs(tmp_path):
     [message] = [m for n, m in run.messages.items() if "closed_forms" in n and m]
     assert "flops.attention_scores 0.5, flops.attention_values 0.5" in message, message
     assert "MACs" not in message and "flops.ffn" not in message, message
+
+
+# ---------------------------------------------------------------- issue 24: the blind trial's misleading and vague reports
+
+def test_two_mistakes_with_the_same_counts_are_both_named_and_told_apart_elsewhere():
+    """bfloat16 parameters with float32 moments: one moment and two moments in param_dtype's 2 bytes
+    give the same counts. The report said "AdamW's memory with one moment" to code that counts two
+    moments in param_dtype; it names both there, and one alone where the counts tell them apart."""
+    from reference.variants import VARIANTS
+    one, dtype = VARIANTS["adamw_one_moment"].hint, VARIANTS["moments_in_param_dtype"].hint
+    run = run_suite("--adapters", "reference.variants:moments_in_param_dtype", "--function", "run_training_accounting")
+    causes = [_said(m, "Likely cause:") for n, m in run.messages.items() if n in run.failed and "test_fixture" in n]
+    both = [c for c in causes if "cannot tell them apart" in c]
+    assert both and all(one in c and dtype in c and "tells them apart" in c for c in both), causes
+    assert not [c for c in causes if c.startswith(f"Likely cause: your output matches {one}")], causes
+    assert [c for c in causes if c.startswith(f"Likely cause: your output matches {dtype}")], causes
+    memory = [m for n, m in run.messages.items() if n in run.failed and "training_memory" in n]
+    assert memory and all("bytes a parameter, where two" in m for m in memory), memory  # the numbers, not a cause
+    run = run_suite("--adapters", "reference.variants:adamw_one_moment", "--function", "run_training_accounting")
+    causes = [_said(m, "Likely cause:") for n, m in run.messages.items() if n in run.failed and "test_fixture" in n]
+    assert [c for c in causes if c.startswith(f"Likely cause: your output matches {one}")], causes

@@ -125,9 +125,12 @@ def test_training_memory_is_your_parameter_count_times_its_bytes(adapters, term,
     expected["memory.total"] = sum(expected.values())
     step = adapters.run_training_accounting(**config)
     wrong = {k: step.get(k) for k in expected if step.get(k) != expected[k]}
+    moments = wrong.get("memory.adamw_moments")
+    per = (f"; your moments take {moments / params:g} bytes a parameter, where two {config['optimizer_dtype']} "
+           f"moments take {2 * o}" if isinstance(moments, int) and params else "")  # the numbers, not a cause
     assert not wrong, (
         f"params.total is {params:,} in your run_transformer_accounting: {config['param_dtype']} values and gradients "
         f"take {p} bytes each, {config['optimizer_dtype']} moments {o}, so expected "
         + ", ".join(f"{k} {expected[k]:,}" for k in wrong) + "; yours: "
         + ", ".join(f"{k} {v:,} ({v / expected[k]:.3g}x)" if isinstance(v, int) and expected[k] else f"{k} {v!r}"
-                    for k, v in wrong.items()))
+                    for k, v in wrong.items()) + per)

@@ -53,12 +53,20 @@ def matching_variant(actual, fingerprints: dict[str, dict], atol: float, rtol: f
     """The variant whose fingerprint the student's result matches best, if any. A float16/bfloat16 result
     (`ulps`) matches within that many ulps, as it is judged: two float32 computations of one mistake
     round to 16 bits 1 ulp apart here and there."""
+    found = matching_variants(actual, fingerprints, atol, rtol, ulps)
+    return found[0] if found else None
+
+
+def matching_variants(actual, fingerprints: dict[str, dict], atol: float, rtol: float, ulps: int = 0) -> list[str]:
+    """Every variant whose fingerprint the result matches, the closest first: where two mistakes give
+    the same result on a case (bfloat16 parameters, float32 moments: one moment, or two of 2 bytes),
+    the case cannot tell which one the code makes."""
     from harness.student_run.compare import mismatched
-    best, best_error = None, float("inf")
+    found = []
     for name, fp in fingerprints.items():
         if "idx" not in fp:  # counts: all keys must agree
             if isinstance(actual, dict) and all(actual.get(k) == v.item() for k, v in fp.items()):
-                return name
+                found.append((0.0, len(found), name))
             continue
         if not isinstance(actual, torch.Tensor) or actual.numel() <= int(fp["idx"].max()):
             continue
@@ -68,10 +76,39 @@ def matching_variant(actual, fingerprints: dict[str, dict], atol: float, rtol: f
         close = ~mismatched(sample, fp["val"], 0.0, 0.0, ulps) if ulps else \
             torch.isclose(sample, fp["val"], atol=MATCH_SLACK * max(atol, 1e-6), rtol=MATCH_SLACK * max(rtol, 1e-5))
         if close.all():
-            error = (sample.double() - fp["val"].double()).abs().max().item()
-            if error < best_error:
-                best, best_error = name, error
-    return best
+            found.append(((sample.double() - fp["val"].double()).abs().max().item(), len(found), name))
+    return [name for *_, name in sorted(found)]
+
+
+def _either(term, case, names: list[str], actual) -> str:
+    """Several mistakes that this case cannot tell apart, each named, and a public case of the same
+    function where their results differ, where the term has one."""
+    def parts(c) -> bool:  # every two of them differ on case c, as its stored results show
+        fps = [term.fingerprints(c).get(n) for n in names]
+        return all(_differ(a, b, c) for i, a in enumerate(fps) for b in fps[i + 1:])
+    apart = next((c.name for c in term.cases if c.function == case.function and c.check == "output"
+                  and not c.hidden and c.name != case.name and parts(c)), None)
+    evidence = match_evidence(actual, term.fingerprints(case)[names[0]]).replace("that mistake's", "each one's")
+    listed = " ".join(f"({i}) {_sentence(term.hints[n])}" for i, n in enumerate(names, 1))
+    return (f"your output matches {len(names)} known mistakes, which give the same result on this case "
+            f"({evidence}), so it cannot tell them apart: {listed}"
+            + (f" Case {apart!r} tells them apart" if apart else ""))
+
+
+def _differ(a: dict | None, b: dict | None, case) -> bool:
+    """Whether two stored results of one case are known to differ: one is the right answer (None) and
+    the other not, counts that differ, or samples that differ where both hold the same element."""
+    if a is None or b is None:
+        return (a is None) != (b is None)
+    if "idx" not in a or "idx" not in b:
+        return {k: v.item() for k, v in a.items()} != {k: v.item() for k, v in b.items()}
+    at_a, at_b = a["idx"].tolist(), b["idx"].tolist()
+    shared = sorted(set(at_a) & set(at_b))
+    if not shared:
+        return False  # no element both hold: unknown, not "apart"
+    va = a["val"][[at_a.index(i) for i in shared]].double()
+    vb = b["val"][[at_b.index(i) for i in shared]].double()
+    return not torch.allclose(va, vb, atol=max(case.atol, 1e-6), rtol=max(case.rtol, 1e-5))
 
 
 def match_evidence(actual, fp: dict) -> str:
@@ -403,8 +440,11 @@ def _wrong_result(term, case, actual, expected, nonfinite) -> list[tuple[str, st
     fingerprints = term.fingerprints(case)
     if case.check == "raises":  # what code returns for invalid input names only a mistake about raising
         fingerprints = {name: fp for name, fp in fingerprints.items() if raise_only(term, case.function, name)}
-    name = matching_variant(actual, fingerprints, case.atol, case.rtol, case.ulps)
-    if name and name in term.hints:
+    named = [n for n in matching_variants(actual, fingerprints, case.atol, case.rtol, case.ulps) if n in term.hints]
+    if len(named) > 1:  # the case cannot tell them apart: name each, claim none
+        return [("Likely cause", _either(term, case, named, actual))]
+    if named:
+        name = named[0]
         return [("Likely cause", f"your output matches {term.hints[name]} ({match_evidence(actual, fingerprints[name])})")]
     if not isinstance(expected, torch.Tensor) or not isinstance(actual, torch.Tensor) \
             or actual.shape != expected.shape:
