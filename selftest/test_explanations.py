@@ -609,3 +609,17 @@ def test_two_mistakes_with_the_same_counts_are_both_named_and_told_apart_elsewhe
     run = run_suite("--adapters", "reference.variants:adamw_one_moment", "--function", "run_training_accounting")
     causes = [_said(m, "Likely cause:") for n, m in run.messages.items() if n in run.failed and "test_fixture" in n]
     assert [c for c in causes if c.startswith(f"Likely cause: your output matches {one}")], causes
+
+
+def test_a_broadcast_names_an_axis_only_when_its_size_is_that_axis_alone():
+    """A RoPE table of max_seq_len rows met the sequence: with d_k = max_seq_len = 16 the report said
+    "the d_k axis (size 16)". A size that two axes share is said as such."""
+    from types import SimpleNamespace
+    from harness.student_run.diagnose import crash
+    case = SimpleNamespace(function="run_multihead_self_attention_with_rope", hidden=False,
+                           args={"d_model": 32, "num_heads": 2, "max_seq_len": 16, "theta": 10000.0})
+    error = RuntimeError("The size of tensor a (16) must match the size of tensor b (5) at non-singleton dimension 2")
+    said = crash(error, case, {"in_features": torch.zeros(2, 5, 32), "token_positions": None})
+    assert said and "the d_k axis" not in said and "(d_k or max_seq_len)" in said and "the seq axis (size 5)" in said
+    case.args["max_seq_len"] = 64  # 16 is d_k's alone
+    assert "the d_k axis (size 16)" in crash(error, case, {"in_features": torch.zeros(2, 5, 32)})

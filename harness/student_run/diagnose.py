@@ -363,8 +363,13 @@ def _raising_line(error: BaseException) -> str:
 def _broadcast(a: int, b: int, case, inputs: dict) -> str | None:
     axes = _axis_sizes(case, inputs)
     names = [[n for n, size in axes.items() if size == s] for s in (a, b)]
-    if not all(len(n) == 1 for n in names):
-        return None  # ambiguous sizes: say nothing rather than guess
+    if not all(names) or names[0] == names[1]:
+        return None  # a size no known axis has, or both sizes read alike: say nothing rather than guess
+    if not all(len(n) == 1 for n in names):  # a size several axes share: name them all, choose none
+        shown = [f"the {n[0]} axis (size {s})" if len(n) == 1 else f"an axis of size {s} ({' or '.join(n)})"
+                 for n, s in zip(names, (a, b))]
+        return (f"a broadcast met {shown[0]} with {shown[1]}: an axis is missing or in the wrong place. Insert it "
+                "with unsqueeze or name axes with einops")
     first, second = names[0][0], names[1][0]
     # kv heads repeated too few or too many times (a group size from d_model gives d_model heads);
     # not an axis in the wrong place, which meets heads with seq or d_k
@@ -374,28 +379,69 @@ def _broadcast(a: int, b: int, case, inputs: dict) -> str | None:
     if {first, second} == {"batch", "heads"} and inputs.get("token_positions") is not None:
         return ("token_positions [batch, seq] broadcast against [batch, heads, seq, d_k], so batch meets heads; "
                 "add the heads axis: token_positions.unsqueeze(-2)")
+    if "vocab_size" in (first, second) and {first, second} & set(_leading(case, inputs)):
+        # a loss whose reduction ran over a leading axis keeps the vocabulary, which then meets the targets'
+        return (f"a tensor that still has the vocab_size axis (size {axes['vocab_size']}) met one without it: a "
+                "reduction (the max, the log-sum-exp) ran over a leading axis instead of the vocabulary. Reduce "
+                "over the last axis, dim=-1, whatever the number of leading axes")
     return (f"a broadcast met the {first} axis (size {a}) with the {second} axis (size {b}): an axis is missing or "
             "in the wrong place. Insert it with unsqueeze or name axes with einops")
 
 
+_NAMED_ARGS = {"num_heads": "heads", "num_kv_heads": "kv_heads"}
+
+
 def _axis_sizes(case, inputs: dict) -> dict[str, int]:
-    """Sizes of the axes a failure can be about, from the case's arguments."""
-    axes = {}
+    """Sizes of the axes a failure can be about: named as the contract names each input's axes,
+    and every integer argument under its own name, so that a size two axes share is seen as shared
+    (d_k 16 and max_seq_len 16: a broadcast of size 16 is not said to be d_k's)."""
+    axes: dict[str, int] = {}
     x = inputs.get("in_features", inputs.get("in_indices"))
     if isinstance(x, torch.Tensor) and x.dim() >= 2:
         axes["seq"] = x.shape[-2] if x.is_floating_point() else x.shape[-1]
         if x.dim() >= (3 if x.is_floating_point() else 2):
             axes["batch"] = x.shape[0]
     if "num_heads" in case.args:
-        axes["heads"] = case.args["num_heads"]
         axes["d_k"] = case.args["d_model"] // case.args["num_heads"]
         axes["d_k / 2"] = axes["d_k"] // 2
-    if case.args.get("num_kv_heads") is not None:
-        axes["kv_heads"] = case.args["num_kv_heads"]
-    for name in ("d_model", "d_ff", "vocab_size"):
-        if name in case.args:
-            axes[name] = case.args[name]
+    for name, value in case.args.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            axes.setdefault(_NAMED_ARGS.get(name, name), value)
+    # a leading axis of in_features is its batch, named above: the leading ones only of other inputs
+    leading = {} if isinstance(x, torch.Tensor) else _leading(case, inputs)
+    for name, size in {**_annotated(case, inputs), **leading}.items():
+        axes.setdefault(name, size)
     return axes
+
+
+def _annotated(case, inputs: dict) -> dict[str, int]:
+    """Each tensor argument's axes by the contract's names for them ("... seq d_k"), read from the right."""
+    from harness.contract import ADAPTERS
+    found: dict[str, int] = {}
+    if case.function not in ADAPTERS:
+        return found
+    for arg, parameter in ADAPTERS[case.function].signature.parameters.items():
+        t = inputs.get(arg)
+        dims = getattr(parameter.annotation, "dim_str", None)
+        if isinstance(t, torch.Tensor) and dims:
+            named = [d for d in dims.split() if d != "..."]
+            for d, size in zip(reversed(named), reversed(t.shape)):
+                if not d.isdigit():
+                    found.setdefault(d, size)
+    return found
+
+
+def _leading(case, inputs: dict) -> dict[str, int]:
+    """The leading axes ("...") of the first tensor argument whose contract shape has them."""
+    from harness.contract import ADAPTERS
+    if case.function not in ADAPTERS:
+        return {}
+    for arg, parameter in ADAPTERS[case.function].signature.parameters.items():
+        t, dims = inputs.get(arg), getattr(parameter.annotation, "dim_str", "") or ""
+        if isinstance(t, torch.Tensor) and dims.startswith("..."):
+            count = t.dim() - len(dims.split()) + 1
+            return {f"{arg}'s leading axis {d}": t.shape[d] for d in range(max(count, 0))}
+    return {}
 
 
 def _tensors(inputs: dict):
