@@ -611,6 +611,41 @@ def test_two_mistakes_with_the_same_counts_are_both_named_and_told_apart_elsewhe
     assert [c for c in causes if c.startswith(f"Likely cause: your output matches {one}")], causes
 
 
+CRASHES = {  # name: (student file, old, new, function, error, the line it raises on, said)
+    # T5's log buckets without their clamp to the last bucket: a bare IndexError from the table lookup
+    "t5 without its clamp": ("positions.py", "    large = exact + (n[..., None] >= bounds).sum(-1)",
+                             "    large = exact + (torch.log(n.float() / exact) / math.log(max_distance / exact)"
+                             " * (half - exact)).long()", "run_t5_relative_bias", "IndexError",
+                             "self.weight[buckets]", "past the table's last row"),
+    # cross-entropy's log-sum-exp over dim=1, right for [batch, vocab] logits: torch's raw size error on
+    # [batch, seq, vocab], in the fixture cases and the property tests alike
+    "cross-entropy over dim 1": ("training.py", "    shifted = x - x.amax(dim=-1, keepdim=True)  # the row max: "
+                                 "exp never sees more than 0\n    lse = shifted.exp().sum(dim=-1).log()",
+                                 "    shifted = x - x.amax(dim=1, keepdim=True)\n    lse = shifted.exp().sum(dim=1).log()",
+                                 "run_cross_entropy", "RuntimeError", "return (lse - picked)",
+                                 "ran over a leading axis instead of the vocabulary"),
+    # starts from randint(0, len - T - 1): numpy's bare "high <= 0" on a dataset with one valid start,
+    # located in numpy's compiled code
+    "get_batch without the last start": ("training.py", "    starts = torch.randint(0, len(dataset) - context_length, "
+                                         "(batch_size,)).numpy()", "    starts = np.random.randint(0, len(dataset) - "
+                                         "context_length - 1, size=batch_size)", "run_sample_batches", "ValueError",
+                                         "np.random.randint", "your upper bound leaves it out"),
+}
+
+
+@pytest.mark.parametrize("name", CRASHES)
+def test_a_crash_in_the_students_code_is_named_at_its_line(submission, name):
+    file, old, new, function, error, marked, said = CRASHES[name]
+    target, lines = submission(file, old, new)
+    run = run_suite("--adapters", target, "--function", function)
+    raised = {n: m for n, m in run.messages.items() if n in run.failed and f"raised {error}" in m}
+    where = f"student/{file}:{_line(lines, marked)}"
+    assert raised and all(where in m and said in m and "Traceback" not in m and ".pyx" not in m
+                          for m in raised.values()), raised
+    if function == "run_cross_entropy":  # a property test's own call is read as a case's is
+        assert [n for n in raised if "test_fixture" not in n], raised
+
+
 def test_a_broadcast_names_an_axis_only_when_its_size_is_that_axis_alone():
     """A RoPE table of max_seq_len rows met the sequence: with d_k = max_seq_len = 16 the report said
     "the d_k axis (size 16)". A size that two axes share is said as such."""

@@ -274,9 +274,65 @@ def crash(error: BaseException, case, inputs: dict) -> str | None:
             meaning = " ".join(m for _, arg in used if arg and (m := none_means(function, arg)))
             return (f"code that uses {names} although it is None in this case, and None is a valid value: "
                     f"{meaning or 'see the docstring.'} Handle it: `if {used[0][0]} is None: ...`")
-    if (match := _BROADCAST.search(message) or _EINSUM.search(message)) and case is not None:
+    if case is None:  # a property test's own call: its arguments, as the adapter frame holds them
+        case, inputs = _adapter_call(error) or (None, inputs)
+    if case is None:
+        return None
+    if match := _BROADCAST.search(message) or _EINSUM.search(message):
         return _broadcast(int(match.group(1)), int(match.group(2)), case, inputs)
+    if isinstance(error, IndexError) and isinstance(buckets := case.args.get("num_buckets"), int):
+        return _past_last_bucket(message, buckets)
+    if _EMPTY_RANGE.search(message) and isinstance(length := case.args.get("context_length"), int):
+        return _no_start(inputs, length)
     return None
+
+
+_OUT_OF_BOUNDS = re.compile(r"index (-?\d+) is out of bounds for dimension 0 with size (\d+)|index out of range in self")
+# an empty range of random integers: numpy's randint, torch.randint, Python's random
+_EMPTY_RANGE = re.compile(r"high <= 0|low >= high|expects 'from' to be less than 'to'|empty range (?:for|in) randrange")
+
+
+def _adapter_call(error: BaseException):
+    """(a stand-in for a case: the function, its integer and float arguments; its tensor arguments) from
+    the innermost frame of a contract function in the error's traceback, or None."""
+    from types import SimpleNamespace
+    from harness.contract import ADAPTERS
+    tb, found = error.__traceback__, None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name in ADAPTERS:
+            found = tb.tb_frame
+        tb = tb.tb_next
+    if found is None:
+        return None
+    code = found.f_code
+    values = {n: found.f_locals.get(n) for n in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]}
+    args = {n: v for n, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    tensors = {n: v for n, v in values.items() if isinstance(v, torch.Tensor)}
+    return SimpleNamespace(function=code.co_name, args=args, hidden=False, name="", note=""), tensors
+
+
+def _past_last_bucket(message: str, buckets: int) -> str | None:
+    """A lookup past the end of T5's [num_buckets, heads] table."""
+    match = _OUT_OF_BOUNDS.search(message)
+    if match is None or (match.group(2) is not None and int(match.group(2)) != buckets):
+        return None
+    index = f"bucket {match.group(1)}" if match.group(1) else "a bucket"
+    return (f"{index} read past the table's last row: num_buckets is {buckets}, so buckets run 0 .. {buckets - 1}. "
+            "Every distance from max_distance on shares the last bucket of its half (half - 1): clamp the "
+            "logarithmic bucket to it, as T5's min(bucket, half - 1) does")
+
+
+def _no_start(inputs: dict, length: int) -> str | None:
+    """An empty range of starts for get_batch on a dataset with one valid start: the upper bound
+    leaves out the last valid start (there, the only one)."""
+    dataset = inputs.get("dataset")
+    if dataset is None or len(dataset) - length != 1:  # more starts: an empty range says less
+        return None
+    return (f"your range of starts is empty: with {len(dataset)} ids and context_length {length} the one valid "
+            "start is 0, and your upper bound leaves it out. The valid starts are 0 .. len(dataset) - "
+            "context_length - 1, the last one included; randint's upper bound is exclusive, so "
+            "randint(0, len(dataset) - context_length) draws every one of them")
 
 
 def none_means(function: str, arg: str) -> str | None:
