@@ -325,17 +325,18 @@ def _alibi_tril_loop(num_heads, seq_len):
 
 
 def _t5_log_buckets(relative, bidirectional, num_buckets, max_distance, *, dtype=torch.float32, key_minus_query=True,
-                    zero_above=False, rounding=torch.floor):
+                    zero_above=False, rounding=torch.floor, causal_abs=False, clamp=True):
     """T5's bucket rule as Hugging Face writes it, with floor(log(...)) in `dtype`, and a knob per mistake."""
     r = relative if key_minus_query else -relative
     if bidirectional:
         num_buckets //= 2
         offset, n = ((r >= 0) if zero_above else (r > 0)).long() * num_buckets, r.abs()
     else:
-        offset, n = torch.zeros_like(r), -torch.min(r, torch.zeros_like(r))
+        offset, n = torch.zeros_like(r), r.abs() if causal_abs else -torch.min(r, torch.zeros_like(r))
     exact = num_buckets // 2
     scaled = torch.log(n.to(dtype) / exact) / math.log(max_distance / exact) * (num_buckets - exact)
-    large = torch.clamp(exact + rounding(scaled).long(), max=num_buckets - 1)
+    large = exact + rounding(scaled).long()
+    large = torch.clamp(large, max=num_buckets - 1) if clamp else large
     return offset + torch.where(n < exact, n, large)
 
 
@@ -531,15 +532,18 @@ register("attention_q_k_swapped", "scores computed as K Q^T",
 
 # ---- attention with an additive bias
 
-def _biased(*, scale_bias=False, low_precision=False):
+def _biased(*, scale_bias=False, low_precision=False, after_softmax=False):
     def sdpa(Q, K, V, bias, mask=None):
         work = Q.dtype if low_precision else torch.promote_types(Q.dtype, torch.float32)
         Q, K, V, bias = Q.to(work), K.to(work), V.to(work), bias.to(work)
         scores = Q @ K.transpose(-1, -2)
         scores = (scores + bias) / math.sqrt(Q.shape[-1]) if scale_bias else scores / math.sqrt(Q.shape[-1]) + bias
+        if after_softmax:
+            scores = scores - bias
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
-        return (torch.softmax(scores, dim=-1) @ V).to(Q.dtype)
+        weights = torch.softmax(scores, dim=-1)
+        return ((weights + bias if after_softmax else weights) @ V).to(Q.dtype)
     return sdpa
 
 
@@ -1616,6 +1620,12 @@ def _ce_over_first_axis(inputs, targets):
     return -logp.gather(-1, targets[..., None]).mean().to(inputs.dtype)
 
 
+def _ce_over_dim_1(inputs, targets):
+    x = _upcast(inputs)  # dim=1 is the vocabulary only for [batch, vocab] logits
+    lse = torch.logsumexp(x, dim=1)
+    return (lse - x.gather(-1, targets[..., None])[..., 0]).mean().to(inputs.dtype)
+
+
 def _ce_one_hot(inputs, targets):
     x = _upcast(inputs)
     logp = x - torch.logsumexp(x, dim=-1, keepdim=True)
@@ -1628,6 +1638,16 @@ def _clip_each(parameters, max_l2_norm):
             norm = p.grad.double().norm()
             if norm > max_l2_norm:
                 p.grad.copy_(p.grad.double() * (max_l2_norm / (norm + 1e-6)))
+
+
+def _clip_rebinding(parameters, max_l2_norm):
+    """Computes the joint norm and the factor, then scales a copy: `g = g * scale` rebinds a name,
+    and every .grad stays as it was."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    norm = torch.sqrt(sum((g.double() ** 2).sum() for g in grads))
+    if norm > max_l2_norm:
+        for g in grads:
+            g = g * (max_l2_norm / (norm + 1e-6))  # noqa: F841 - the mistake: a new tensor, not the gradient
 
 
 def _windows(dataset, starts, context_length, shift=1):
@@ -1760,6 +1780,7 @@ class _AdamW(optimizer.AdamW):
     bias_correction = True
     decay = "before"        # "before" the Adam step (torch), "after" it (the CS336 handout), or "l2" (into g)
     eps_inside = True       # eps added to sqrt(v_hat) (torch); False: to sqrt(v), the handout's alpha_t form
+    eps_under_root = False  # eps inside the square root, sqrt(v_hat + eps)
     shared_step = False     # one step count for the optimizer, kept in an attribute outside self.state
     none_as_zero = False    # a parameter without a gradient stepped as if its gradient were 0
     foreach = False         # the whole group's update with torch._foreach_* ops
@@ -1791,7 +1812,9 @@ class _AdamW(optimizer.AdamW):
                 m.mul_(beta1).add_(g, alpha=1 - beta1)
                 v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
                 c1, c2 = (1 - beta1 ** t, 1 - beta2 ** t) if self.bias_correction else (1.0, 1.0)
-                if self.eps_inside:
+                if self.eps_under_root:
+                    p.addcdiv_(m, (v / c2 + eps).sqrt(), value=-lr / c1)
+                elif self.eps_inside:
                     p.addcdiv_(m, (v / c2).sqrt() + eps, value=-lr / c1)
                 else:
                     p.addcdiv_(m, v.sqrt() + eps, value=-lr * math.sqrt(c2) / c1)
@@ -1878,3 +1901,30 @@ register("embeddings_frozen", "token embeddings frozen while the rest trains",
          hint="token embeddings frozen (requires_grad=False, or left out of the optimizer): an LLM's embeddings "
               "train jointly with every other weight from the first step; there is no separate embedding phase",
          named_by="embedding rows of tokens that occur did not move", model__TransformerLM=_FrozenEmbeddingsLM)
+
+# ---- from the blind trial (issue 24): appended, so the numbers of the mistakes above stay theirs
+
+register("t5_causal_absolute_distance", "causal T5 buckets of |i - j|, keys after the query counted too",
+         hint=("causal buckets of |i - j|, as if bidirectional without its upper half: with bidirectional=False, "
+               "n = max(i - j, 0), so every key after the query shares bucket 0"),
+         named_by="as far before it",
+         positions__t5_buckets=functools.partial(_t5_log_buckets, causal_abs=True))
+register("t5_log_bucket_not_clamped", "T5's log buckets without the clamp to the last bucket of their half",
+         named_by="past the table's last row",
+         positions__t5_buckets=functools.partial(_t5_log_buckets, clamp=False))
+
+register("attention_bias_after_softmax", "the bias added to the probabilities, after the softmax",
+         hint=("the bias added after the softmax, to the attention weights; it goes into the scores before it: "
+               "softmax(Q K^T / sqrt(d_k) + bias)"),
+         named_by="add the bias to the scores before the softmax",
+         attention__attention_with_bias=_biased(after_softmax=True))
+register("adamw_eps_under_sqrt", "AdamW with eps inside the square root, sqrt(v_hat + eps)",
+         hint=("eps inside the square root, sqrt(v_hat + eps): eps is added to the root, m_hat / (sqrt(v_hat) + eps); "
+               "under it, eps 1e-6 acts as 1e-3 wherever v_hat is small"),
+         optimizer__AdamW=_set(_AdamW, eps_under_root=True))
+register("clip_not_applied", "gradient clipping that computes the factor but never writes it into .grad",
+         hint=("gradients left as they were: the clip factor never reached .grad (`g = g * scale` makes a new tensor "
+               "and rebinds a name); scale each gradient in place, g.mul_(scale) or p.grad.mul_(scale)"),
+         named_by="left unchanged", training__gradient_clipping=_clip_rebinding)
+register("cross_entropy_over_dim_1", "cross-entropy's log-sum-exp over dim=1, right only for [batch, vocab] logits",
+         named_by="ran over a leading axis instead of the vocabulary", training__cross_entropy=_ce_over_dim_1)

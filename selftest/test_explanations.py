@@ -611,6 +611,18 @@ def test_two_mistakes_with_the_same_counts_are_both_named_and_told_apart_elsewhe
     assert [c for c in causes if c.startswith(f"Likely cause: your output matches {one}")], causes
 
 
+def test_causal_t5_buckets_of_the_absolute_distance_are_told_so():
+    """A causal T5 bias that buckets |i - j| (the bidirectional distance, with no upper half) was told only
+    "keys after the query share bucket 0"; the mirror image is said, and the output's two sequence axes
+    are named queries and keys (they were both "seq")."""
+    run = run_suite("--adapters", "reference.variants:t5_causal_absolute_distance", "--function", "run_t5_relative_bias")
+    said = [m for n, m in run.messages.items() if n in run.failed and "t5_buckets" in n]
+    assert said and all("as far before it" in m and "n = max(i - j, 0)" in m for m in said), said
+    differs = [_said(m, "What differs:") for n, m in run.messages.items() if n in run.failed]
+    differs = [d for d in differs if d]
+    assert differs and all("along seq" not in d and "along queries" in d for d in differs), differs
+
+
 CRASHES = {  # name: (student file, old, new, function, error, the line it raises on, said)
     # T5's log buckets without their clamp to the last bucket: a bare IndexError from the table lookup
     "t5 without its clamp": ("positions.py", "    large = exact + (n[..., None] >= bounds).sum(-1)",
@@ -646,6 +658,18 @@ def test_a_crash_in_the_students_code_is_named_at_its_line(submission, name):
         assert [n for n in raised if "test_fixture" not in n], raised
 
 
+def test_gradients_left_unclipped_are_not_told_they_were_clipped_each_alone():
+    """Clipping that never writes its factor into .grad was told "Each gradient was clipped by its own
+    norm" where each gradient is below the max alone (both leave them unchanged there): both are said."""
+    run = run_suite("--adapters", "reference.variants:clip_not_applied", "-k", "one_factor")
+    said = [m for n, m in run.messages.items() if n in run.failed]
+    assert len(said) == 2 and all("left unchanged: nothing was clipped" in m for m in said), said
+    assert all("Each gradient was clipped by its own norm" not in m for m in said), said
+    assert any("own norm would leave these unchanged too" in m for m in said), said
+    run = run_suite("--adapters", "reference.variants:clip_per_parameter", "-k", "one_factor")
+    assert any("Each gradient was clipped by its own norm" in m for m in run.messages.values()), run.messages
+
+
 def test_a_broadcast_names_an_axis_only_when_its_size_is_that_axis_alone():
     """A RoPE table of max_seq_len rows met the sequence: with d_k = max_seq_len = 16 the report said
     "the d_k axis (size 16)". A size that two axes share is said as such."""
@@ -658,3 +682,41 @@ def test_a_broadcast_names_an_axis_only_when_its_size_is_that_axis_alone():
     assert said and "the d_k axis" not in said and "(d_k or max_seq_len)" in said and "the seq axis (size 5)" in said
     case.args["max_seq_len"] = 64  # 16 is d_k's alone
     assert "the d_k axis (size 16)" in crash(error, case, {"in_features": torch.zeros(2, 5, 32)})
+
+
+@pytest.fixture(scope="module")
+def blind_trial_term(tmp_path_factory):
+    """A term of the catalogue's cases of the functions these mistakes are about, built as a rebuild of
+    the pinned term would be: their fingerprints and hints are made at build time."""
+    import harness.term.build
+    from harness.store import Term
+    from harness.term.catalogue import CATALOGUE
+    root = tmp_path_factory.mktemp("blind")
+    functions = ("run_attention_with_bias", "run_adamw_steps", "run_clip_gradients", "run_t5_relative_bias")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(harness.term.build, "CATALOGUE", [s for s in CATALOGUE if s.function in functions])
+        harness.term.build.build_term(root, "blind", seed=5, grading_seed=6)
+    return Term(root, "blind")
+
+
+@pytest.mark.parametrize("variant", ["attention_bias_after_softmax", "adamw_eps_under_sqrt", "clip_not_applied",
+                                     "t5_causal_absolute_distance"])
+def test_a_rebuilt_term_names_the_blind_trials_mistakes_in_their_cases(blind_trial_term, variant):
+    """Reported with numbers only (a bias after the softmax, eps under the square root, a causal T5 of
+    |i - j|) or as "a constant factor" (clipping that clips nothing): a term built with these variants
+    names each in a public case's report, alone, and the reference passes those cases."""
+    from harness.runtime import Adapters
+    from harness.student_run.checks import check_output
+    from reference.variants import VARIANTS
+    term, hint = blind_trial_term, VARIANTS[variant].hint
+    function = next(c.function for c in term.cases if variant in c.diagnoses)
+    cases = [c for c in term.cases if c.function == function and c.check == "output" and not c.hidden]
+    failures = []
+    for c in cases:
+        check_output(Adapters("reference.adapters"), term, c)
+        try:
+            check_output(Adapters(f"reference.variants:{variant}"), term, c)
+        except AssertionError as e:
+            failures.append(str(e))
+    causes = [_said(f, "Likely cause:") for f in failures]
+    assert [c for c in causes if c.startswith(f"Likely cause: your output matches {hint}")], causes

@@ -122,7 +122,12 @@ def test_t5_buckets_depend_only_on_the_offset_grow_with_distance_and_saturate(ad
         assert (after[1:] - half == before[1:]).all(), \
             "a key n after the query must be in bucket half + (the bucket of a key n before it)"
     else:
-        assert (after[1:] == 0).all(), "causal: keys after the query share bucket 0"
+        mirrored = (after[1:] == before[1:]).all()  # |i - j|: a key n after the query read like one n before it
+        assert (after[1:] == 0).all(), (
+            "causal: keys after the query share bucket 0" + (
+                f"; yours put a key n after the query in the same bucket as one as far before it (buckets "
+                f"{after[1:6].tolist()} for n = 1..5 after it): the distance is |i - j|; the causal one is "
+                "n = max(i - j, 0)" if mirrored else ""))
 
 
 # ---------------------------------------------------------------- attention with a bias

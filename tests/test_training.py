@@ -92,11 +92,18 @@ def test_clipping_scales_every_gradient_by_one_factor(adapters, shapes, norm, ma
     if any(abs(f - expected) > 1e-5 * expected for f in factors):
         own = [min(1.0, max_norm / (t.norm().item() + 1e-6)) for t in gradients.values()]
         alone = all(abs(f - o) < 1e-5 * o for f, o in zip(factors, own))
+        unchanged = all(abs(f - 1) < 1e-6 for f in factors)
+        # unchanged gradients whose own norms are each below the max: no clipping and per-gradient
+        # clipping give the same numbers here, so both are said
+        why = (". The gradients were left unchanged: nothing was clipped (is the factor written into each .grad, "
+               "in place?)" + (" Clipping each gradient by its own norm would leave these unchanged too, since each "
+                               "is below the max on its own" if alone else "") if unchanged else
+               ". Each gradient was clipped by its own norm: sum the squares of all gradients, then take one "
+               "square root" if alone else "")
         raise AssertionError(
             f"the gradients were multiplied by {', '.join(f'{f:.6g}' for f in factors)}; one global norm "
             f"{joint:.6g} over all of them gives one factor, {max_norm:g} / (norm + 1e-6) = {expected:.6g}, for each"
-            + (". Each gradient was clipped by its own norm: sum the squares of all gradients, then take one "
-               "square root" if alone else ""))
+            + why)
 
 
 # ---------------------------------------------------------------- batches

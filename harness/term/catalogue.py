@@ -989,6 +989,13 @@ TRAIN_RUN: list[Spec] = [
          "table [12, 3] and a gain [3]; 60 steps", **ADAMW_OTHER, **adamw_inputs(60, table=(12, 3), gain=(3,))),
     case("run_adamw_steps", "one-parameter", "a single [7] parameter; 25 steps", **ADAMW,
          **adamw_inputs(25, weight=(7,))),
+    # gradients of about 1e-2, none near 0, against eps 1e-6: eps under the root, sqrt(v_hat + eps), moves each
+    # step by 0.5%; the handout's eps on sqrt(v) (eps / sqrt(1 - beta2^t) on sqrt(v_hat)) stays within the
+    # tolerance, as beta2 0.8 ends its bias correction within a few steps
+    case("run_adamw_steps", "small-gradients", "gradients about 1e-2 (late in training), none near 0, eps 1e-6, "
+         "beta2 0.8: eps under the square root would move every step; table [8, 3]; 30 steps",
+         lr=3e-3, beta1=0.9, beta2=0.8, eps=1e-6, weight_decay=0.01, params={"table": normal(8, 3)},
+         grads={"table": normal(30, 8, 3, scale=2e-3, offset=1e-2)}, has_grad={"table": mask(30)}),
     case("run_adamw_steps", "hidden-shapes", "", hidden=True, **ADAMW_OTHER,
          **adamw_inputs(50, a=(3, 5), b=(4,), c=(2, 2, 3))),
 
