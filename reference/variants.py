@@ -1626,6 +1626,12 @@ def _ce_over_dim_1(inputs, targets):
     return (lse - x.gather(-1, targets[..., None])[..., 0]).mean().to(inputs.dtype)
 
 
+def _ce_batch_mean(inputs, targets):
+    x = _upcast(inputs)  # the summed loss over the batch size alone: right only for [batch, vocab] logits
+    losses = torch.logsumexp(x, dim=-1) - x.gather(-1, targets[..., None])[..., 0]
+    return (losses.sum() / inputs.shape[0]).to(inputs.dtype)
+
+
 def _ce_one_hot(inputs, targets):
     x = _upcast(inputs)
     logp = x - torch.logsumexp(x, dim=-1, keepdim=True)
@@ -1648,6 +1654,15 @@ def _clip_rebinding(parameters, max_l2_norm):
     if norm > max_l2_norm:
         for g in grads:
             g = g * (max_l2_norm / (norm + 1e-6))  # noqa: F841 - the mistake: a new tensor, not the gradient
+
+
+def _clip_sum_of_norms(parameters, max_l2_norm):
+    """The joint norm as the sum of each gradient's own norm, not the root of the sum of squares."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    norm = sum(g.double().norm() for g in grads)
+    if norm > max_l2_norm:
+        for g in grads:
+            g.copy_(g.double() * (max_l2_norm / (norm + 1e-6)))
 
 
 def _windows(dataset, starts, context_length, shift=1):
@@ -1778,7 +1793,8 @@ from reference import optimizer  # noqa: E402  (this half's own import: the sect
 class _AdamW(optimizer.AdamW):
     """AdamW with a knob per known way of getting it wrong; the defaults are the reference's arithmetic."""
     bias_correction = True
-    decay = "before"        # "before" the Adam step (torch), "after" it (the CS336 handout), or "l2" (into g)
+    decay = "before"        # "before" the Adam step (torch), "after" it (the CS336 handout), "l2" (into g), or
+    # "alpha": after it, by the bias-corrected lr / (1 - beta1^t) instead of lr
     eps_inside = True       # eps added to sqrt(v_hat) (torch); False: to sqrt(v), the handout's alpha_t form
     eps_under_root = False  # eps inside the square root, sqrt(v_hat + eps)
     shared_step = False     # one step count for the optimizer, kept in an attribute outside self.state
@@ -1820,6 +1836,8 @@ class _AdamW(optimizer.AdamW):
                     p.addcdiv_(m, v.sqrt() + eps, value=-lr * math.sqrt(c2) / c1)
                 if self.decay == "after":
                     p.sub_(lr * wd * p)
+                elif self.decay == "alpha":
+                    p.sub_(lr / c1 * wd * p)
 
     def _foreach_step(self, params, lr, beta1, beta2, eps, wd):
         for p in params:
@@ -1840,7 +1858,7 @@ class _AdamW(optimizer.AdamW):
         torch._foreach_addcdiv_(params, ms, denominators, [-lr / (1 - beta1 ** t) for t in steps])
 
 
-def _schedule(*, warmup_shift=0, cycle_from_zero=False, torch_cos=False):
+def _schedule(*, warmup_shift=0, cycle_from_zero=False, torch_cos=False, no_min=False):
     def schedule(it, max_learning_rate, min_learning_rate, warmup_iters, cosine_cycle_iters):
         if it < warmup_iters:
             return (it + warmup_shift) / warmup_iters * max_learning_rate
@@ -1849,6 +1867,8 @@ def _schedule(*, warmup_shift=0, cycle_from_zero=False, torch_cos=False):
         span = cosine_cycle_iters if cycle_from_zero else cosine_cycle_iters - warmup_iters
         progress = (it - warmup_iters) / span
         cos = torch.cos(torch.tensor(math.pi * progress)) if torch_cos else math.cos(math.pi * progress)
+        if no_min:  # the cosine from max to 0
+            return 0.5 * (1 + cos) * max_learning_rate
         return min_learning_rate + 0.5 * (1 + cos) * (max_learning_rate - min_learning_rate)
     return schedule
 
@@ -1928,3 +1948,22 @@ register("clip_not_applied", "gradient clipping that computes the factor but nev
          named_by="left unchanged", training__gradient_clipping=_clip_rebinding)
 register("cross_entropy_over_dim_1", "cross-entropy's log-sum-exp over dim=1, right only for [batch, vocab] logits",
          named_by="ran over a leading axis instead of the vocabulary", training__cross_entropy=_ce_over_dim_1)
+
+# ---- from a second blind-style check (issue 24)
+
+register("schedule_cosine_without_min", "the cosine part of the schedule without min_learning_rate",
+         hint=("a cosine from max_learning_rate to 0: the cosine runs from max to min, "
+               "min + 0.5 (1 + cos(pi progress)) (max - min)"),
+         optimizer__lr_cosine_schedule=_schedule(no_min=True))
+register("adamw_decay_by_alpha_t", "AdamW's weight decay scaled by the bias-corrected step lr / (1 - beta1^t)",
+         hint=("weight decay by the bias-corrected step lr / (1 - beta1^t); AdamW decays by the learning rate "
+               "alone, p -= lr * weight_decay * p"),
+         named_by="scaled by the bias-corrected step", optimizer__AdamW=_set(_AdamW, decay="alpha"))
+register("cross_entropy_batch_mean", "cross-entropy summed and divided by the batch size alone",
+         hint=("the summed loss divided by the batch size alone (inputs.shape[0]); the loss is the mean over every "
+               "position of every leading axis"), named_by="then divided by the batch size",
+         training__cross_entropy=_ce_batch_mean)
+register("clip_sum_of_norms", "gradient clipping whose joint norm sums each gradient's norm",
+         hint=("a joint norm summed from each gradient's own norm; it is the square root of the sum of the squares "
+               "of all gradients together"),
+         named_by="the sum of each gradient's own norm", training__gradient_clipping=_clip_sum_of_norms)

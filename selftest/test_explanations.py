@@ -692,7 +692,8 @@ def blind_trial_term(tmp_path_factory):
     from harness.store import Term
     from harness.term.catalogue import CATALOGUE
     root = tmp_path_factory.mktemp("blind")
-    functions = ("run_attention_with_bias", "run_adamw_steps", "run_clip_gradients", "run_t5_relative_bias")
+    functions = ("run_attention_with_bias", "run_adamw_steps", "run_clip_gradients", "run_t5_relative_bias",
+                 "run_lr_schedule", "run_cross_entropy")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(harness.term.build, "CATALOGUE", [s for s in CATALOGUE if s.function in functions])
         harness.term.build.build_term(root, "blind", seed=5, grading_seed=6)
@@ -700,11 +701,13 @@ def blind_trial_term(tmp_path_factory):
 
 
 @pytest.mark.parametrize("variant", ["attention_bias_after_softmax", "adamw_eps_under_sqrt", "clip_not_applied",
-                                     "t5_causal_absolute_distance"])
+                                     "t5_causal_absolute_distance", "schedule_cosine_without_min",
+                                     "adamw_decay_by_alpha_t", "cross_entropy_batch_mean", "clip_sum_of_norms"])
 def test_a_rebuilt_term_names_the_blind_trials_mistakes_in_their_cases(blind_trial_term, variant):
     """Reported with numbers only (a bias after the softmax, eps under the square root, a causal T5 of
-    |i - j|) or as "a constant factor" (clipping that clips nothing): a term built with these variants
-    names each in a public case's report, alone, and the reference passes those cases."""
+    |i - j|, a cosine to 0, decay by lr / (1 - beta1^t)) or as "a constant factor" (clipping that clips
+    nothing or sums norms, a loss divided by the batch alone): a term built with these variants names
+    each in a public case's report, alone, and the reference passes those cases."""
     from harness.runtime import Adapters
     from harness.student_run.checks import check_output
     from reference.variants import VARIANTS
@@ -720,3 +723,17 @@ def test_a_rebuilt_term_names_the_blind_trials_mistakes_in_their_cases(blind_tri
             failures.append(str(e))
     causes = [_said(f, "Likely cause:") for f in failures]
     assert [c for c in causes if c.startswith(f"Likely cause: your output matches {hint}")], causes
+
+
+@pytest.mark.parametrize("variant, tests, said", [
+    ("clip_sum_of_norms", "one_factor", "the sum of each gradient's own norm"),
+    ("cross_entropy_batch_mean", "log_vocab", "summed over each row's 5 positions, then divided by the batch size 3 alone"),
+    ("adamw_decay_by_alpha_t", "train_tiny_lm", "Likely cause: they decayed by prod_t (1 - lr_t / (1 - beta1^t)"),
+])
+def test_a_property_says_what_its_numbers_show(variant, tests, said):
+    """Clipping by the sum of the gradients' norms, a loss divided by the batch size alone, and weight decay
+    by the bias-corrected step each said only a factor, or how far the unused rows were off; the property
+    says where the number came from, where it equals that and nothing else it checks for."""
+    run = run_suite("--adapters", f"reference.variants:{variant}", "-k", tests)
+    messages = [m for n, m in run.messages.items() if n in run.failed]
+    assert messages and all(said in m for m in messages), messages

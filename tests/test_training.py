@@ -45,7 +45,12 @@ def test_cross_entropy_ignores_a_shift_of_every_logit(adapters, offset):
 def test_cross_entropy_of_equal_logits_is_log_vocab(adapters):
     """With every logit equal, every class has probability 1/V: the loss is log V whatever the targets."""
     loss = adapters.run_cross_entropy(torch.full((3, 5, 20), 7.0), torch.randint(0, 20, (3, 5), generator=rng()))
-    assert abs(loss.item() - math.log(20)) < 1e-5, f"equal logits over 20 classes give log 20 = 2.9957; got {loss.item():.6g}"
+    times = {5: ": summed over each row's 5 positions, then divided by the batch size 3 alone",  # the multiples
+             15: ": summed over the 15 positions, not averaged", 3: ": summed over the batch of 3, not averaged"}
+    why = next((f" = {k} x log 20{said}" for k, said in times.items() if abs(loss.item() - k * math.log(20)) < 1e-4), "")
+    assert abs(loss.item() - math.log(20)) < 1e-5, (
+        f"equal logits over 20 classes give log 20 = 2.9957; got {loss.item():.6g}{why}"
+        + ("; the loss is the mean over every position of logits [3, 5, 20]" if why else ""))
 
 
 V_PROBE, ROWS = 4096, 64  # logits [64, 4096]: a one-hot of the targets is as large as they are
@@ -93,13 +98,17 @@ def test_clipping_scales_every_gradient_by_one_factor(adapters, shapes, norm, ma
         own = [min(1.0, max_norm / (t.norm().item() + 1e-6)) for t in gradients.values()]
         alone = all(abs(f - o) < 1e-5 * o for f, o in zip(factors, own))
         unchanged = all(abs(f - 1) < 1e-6 for f in factors)
+        summed = sum(t.norm().item() for t in gradients.values())  # each gradient's norm, added
+        added = all(abs(f - max_norm / (summed + 1e-6)) < 1e-5 * f for f in factors)
         # unchanged gradients whose own norms are each below the max: no clipping and per-gradient
         # clipping give the same numbers here, so both are said
         why = (". The gradients were left unchanged: nothing was clipped (is the factor written into each .grad, "
                "in place?)" + (" Clipping each gradient by its own norm would leave these unchanged too, since each "
                                "is below the max on its own" if alone else "") if unchanged else
                ". Each gradient was clipped by its own norm: sum the squares of all gradients, then take one "
-               "square root" if alone else "")
+               "square root" if alone else
+               f". Your factor is {max_norm:g} / {summed:.6g}, the sum of each gradient's own norm: the joint norm is "
+               "the square root of the sum of the squares of all gradients" if added else "")
         raise AssertionError(
             f"the gradients were multiplied by {', '.join(f'{f:.6g}' for f in factors)}; one global norm "
             f"{joint:.6g} over all of them gives one factor, {max_norm:g} / (norm + 1e-6) = {expected:.6g}, for each"

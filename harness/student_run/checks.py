@@ -254,9 +254,14 @@ def check_training(adapters, term: Term, case: Case, forward=None) -> None:
         big = e0[~used].abs() > 1e-2
         observed = (e1[~used][big] / e0[~used][big]).median().item() if big.any() else float("nan")
         constant = (1 - kwargs["max_learning_rate"] * kwargs["weight_decay"]) ** kwargs["steps"]
+        corrected = decay_factor(kwargs, beta1=0.9)  # the contract's default beta1
         if abs(observed - constant) < 1e-4 * constant:
             said += (f".\nLikely cause: they decayed by (1 - max_learning_rate * weight_decay)^steps = {constant:.6g}: "
                      "your AdamW uses the lr it was built with, not group['lr'], which the schedule sets before each step")
+        elif abs(observed - corrected) < 1e-4 * corrected:
+            said += (f".\nLikely cause: they decayed by prod_t (1 - lr_t / (1 - beta1^t) * weight_decay) = "
+                     f"{corrected:.6g}: your weight decay is scaled by the bias-corrected step lr_t / (1 - beta1^t); "
+                     "AdamW decays by the learning rate alone, p -= lr_t * weight_decay * p")
         raise Mismatch(f"{where}\nembedding rows of tokens that never occur changed by more than weight decay: "
                        f"off by up to {off:.3g} from initial x prod_t (1 - lr_t * weight_decay) = {decay:.6g}{said}. "
                        "They get no gradient, so AdamW's step leaves them alone (m = v = 0) and only decays them.")
@@ -283,15 +288,16 @@ def held_out_loss(forward, kwargs: dict, weights: dict, windows: torch.Tensor) -
         return torch.nn.functional.cross_entropy(logits.flatten(0, 1).double(), windows[:, 1:].flatten()).item()
 
 
-def decay_factor(kwargs: dict) -> float:
-    """prod_t (1 - lr_t * weight_decay) over the run's steps, lr_t from the cosine schedule (cycle = steps)."""
+def decay_factor(kwargs: dict, beta1: float | None = None) -> float:
+    """prod_t (1 - lr_t * weight_decay) over the run's steps, lr_t from the cosine schedule (cycle = steps);
+    with `beta1`, each lr_t divided by 1 - beta1^(t+1) (the decay of a mistake, not AdamW's)."""
     import math
     top, low, warmup, steps = (kwargs[k] for k in ("max_learning_rate", "min_learning_rate", "warmup_iters", "steps"))
     factor = 1.0
     for t in range(steps):
         lr = t / warmup * top if t < warmup else \
             low + 0.5 * (1 + math.cos(math.pi * (t - warmup) / (steps - warmup))) * (top - low)
-        factor *= 1 - lr * kwargs["weight_decay"]
+        factor *= 1 - lr / (1 - beta1 ** (t + 1) if beta1 else 1) * kwargs["weight_decay"]
     return factor
 
 
