@@ -41,7 +41,7 @@ class _Collector:
             if report.failed:
                 self.run.messages[report.nodeid] = str(report.longrepr)
             elif report.skipped and isinstance(report.longrepr, tuple):  # why it did not run
-                self.run.messages[report.nodeid] = str(report.longrepr[2])
+                self.run.messages[report.nodeid] = str(report.longrepr[2]).removeprefix("Skipped: ")
 
     def pytest_collection_modifyitems(self, items):
         for item in items:
