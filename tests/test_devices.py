@@ -3,8 +3,8 @@
 Only a device mix fails. Data-dependent reads that meta tensors cannot answer (an id
 range check, .item()) are correct code and are not penalised.
 
-A function is probed with the arguments of a public fixture case that it passes on the CPU
-(the one whose fixture test passed fastest in this run, else the first that passes), every
+A function is probed with the arguments of its first public fixture case that it passes on
+the CPU (by its fixture test's outcome in this run, else by running it here), every
 tensor moved to `meta` (one that passes none is skipped: "not run: fix it on the CPU first";
 a failure there would charge the CPU bug twice),
 so a new function is probed as soon as the term has a case for it. A function that takes no
@@ -55,11 +55,11 @@ def test_function_runs_on_meta_device(adapters, term, name, cpu_outcomes):
     cases = [c for c in term.cases if c.function == name and not c.hidden and c.check == "output"]
     if not cases:  # a term built before the function existed; the selftest requires cases in new terms
         pytest.skip(f"term {term.name} has no public case of {name} to probe it with")
-    # Only code that works on the CPU is judged on devices (a CPU bug is charged once): the case that
-    # passed its fixture test fastest in this run, else the first that passes when run here.
-    passed = sorted((seconds, i) for i, c in enumerate(cases) if (seconds := cpu_outcomes.get((name, c.name))))
+    # Only code that works on the CPU is judged on devices (a CPU bug is charged once): the first case
+    # whose fixture test passed in this run, else the first that passes when run here.
+    passed = [c for c in cases if cpu_outcomes.get((name, c.name))]
     failures = []
-    for case in [cases[passed[0][1]]] if passed else cases:
+    for case in passed[:1] or cases:
         if passed or (failure := _cpu_failure(adapters, term, case)) is None:
             break
         failures.append(failure)

@@ -49,7 +49,7 @@ COURSE_INDEX = pytest.StashKey[int]()
 PROGRESS = pytest.StashKey[Progress]()
 STATE = pytest.StashKey[dict]()
 HANGS = pytest.StashKey[dict]()  # what timed out in this run: functions, and the code they were stuck in
-# (function, public case) -> seconds its output check took where it passed in this run, None where it failed
+# (function, public case) -> whether its output check passed in this run
 CPU_OUTCOMES = pytest.StashKey[dict]()
 # Failures whose message is the whole report: no traceback needed.
 REPORTED = (Mismatch, ContractViolation, DeviceMismatch, AllocationTooLarge, AdaptersError, TimeoutError)
@@ -261,8 +261,8 @@ def held_out_forward(request):
 @pytest.fixture(scope="session")
 def cpu_outcomes(request) -> dict:
     """How each public output case fared in this run's fixture tests: a probe that needs a case the
-    code passes on the CPU takes the cheapest one from here, instead of running one again. Tests
-    that use it run after their function's fixture tests."""
+    code passes on the CPU takes one from here, instead of running one again. Tests that use it run
+    after their function's fixture tests."""
     return request.config.stash.setdefault(CPU_OUTCOMES, {})
 
 
@@ -476,8 +476,7 @@ def pytest_runtest_makereport_tag(item, call):
     report = yield
     case, check = fixture_check(item)
     if check == "output" and not case.hidden and call.when == "call":
-        item.config.stash.setdefault(CPU_OUTCOMES, {})[case.function, case.name] = \
-            report.duration if report.passed else None
+        item.config.stash.setdefault(CPU_OUTCOMES, {})[case.function, case.name] = report.passed
     if ADAPTER in item.stash:
         report.adapter = item.stash[ADAPTER]
         report.course_index = item.stash.get(COURSE_INDEX, 0)
