@@ -53,7 +53,8 @@ UNITS = [
 ]
 
 
-# Tolerances: (atol, rtol) for outputs, or a function of a case's generated tensors.
+# Tolerances: (atol, rtol) for outputs, or a function of a case's arguments (its generated tensors and
+# its scalars, by name).
 # atol = rtol = 0 means bit-exact. A catalogue case may still pass its own `tolerance=`.
 EXACT = (0.0, 0.0)
 DEFAULT_TOLERANCE = (1e-5, 1e-4)

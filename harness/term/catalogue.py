@@ -171,7 +171,7 @@ class Spec:
     args: dict
     note: str = ""
     check: str = "output"
-    tolerance: tuple | Callable | None = None  # (atol, rtol), a function of the inputs, or the adapter's
+    tolerance: tuple | Callable | None = None  # (atol, rtol), a function of the arguments, or the adapter's
     hidden: bool = False
     equal: tuple = ()  # axis pairs whose equal sizes are the point of the case, "a=b" (harness/term/case_rules.py)
     twin_of: str = ""  # a twin: the name of the public case it repeats on fresh values
@@ -179,7 +179,7 @@ class Spec:
     def case(self, generated: dict, inputs: list[str], grads: list[str]) -> Case:
         scalars = {k: v for k, v in self.args.items() if k not in generated}
         tolerance = self.tolerance or ADAPTERS[self.function].tolerance
-        atol, rtol = tolerance(generated) if callable(tolerance) else tolerance
+        atol, rtol = tolerance({**scalars, **generated}) if callable(tolerance) else tolerance
         grad_atol, grad_rtol = (atol, rtol) if atol or rtol else (1e-6, 1e-5)
         views = {path: gen.layout for path, gen in self.gens() if gen.layout}
         return Case(function=self.function, name=self.name, args=scalars, inputs=inputs, check=self.check,
