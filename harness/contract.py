@@ -105,6 +105,7 @@ class Adapter:
     drills: tuple[str, ...] = ()  # an entry point's: the contract functions that exercise it (see `adapter`)
     gradients: bool = True  # False: its result is not a differentiable function of its inputs (optimizer steps)
     check: str = "output"   # "train": its cases are judged by what it trains (harness/student_run/checks.py)
+    no_device_probe: str = ""  # why it has no meta-device probe of its own (see `adapter`)
 
     @property
     def signature(self) -> inspect.Signature:
@@ -149,7 +150,7 @@ ADAPTERS: dict[str, Adapter] = {}
 
 def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAULT_TOLERANCE, stub: str = "",
             example: dict | None = None, drills: tuple[str, ...] = (), gradients: bool = True,
-            check: str = "output"):
+            check: str = "output", no_device_probe: str = ""):
     """Declare one adapter: its unit, the student/ module and `glue` body the rendered
     adapters use, its points, its output tolerance and its student stub; for a module builder,
     the arguments the suite builds it with (`example`).
@@ -161,7 +162,10 @@ def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAU
     worker), and it has none (points=0). `gradients=False`: no gradient check, for a result that no
     autograd graph joins to the inputs (the parameters after optimizer steps). `check="train"`: a
     training run, whose final weights no stored answer can match (float32 over hundreds of steps):
-    its cases are judged by properties of what it trained (check_training), not against the reference."""
+    its cases are judged by properties of what it trained (check_training), not against the reference.
+    `no_device_probe`: why the function has no meta-device probe: it cannot run on meta tensors (a checkpoint
+    copies their data out: the probe would check nothing), or every student piece its glue calls is probed
+    through another function (repeating them costs more than the suite can spend). The selftest holds it true."""
     if unit not in {u.key for u in UNITS}:  # else the function silently vanishes from the progress table
         raise ValueError(f"unknown unit {unit!r}; the units are {', '.join(repr(u.key) for u in UNITS)} "
                          "(add a Unit to UNITS in harness/contract.py for a new one)")
@@ -171,7 +175,7 @@ def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAU
     def register(spec):
         ADAPTERS[spec.__name__] = Adapter(spec.__name__, unit, spec, textwrap.dedent(glue).strip(), module,
                                           points, tolerance, textwrap.dedent(stub).strip(), example, tuple(drills),
-                                          gradients, check)
+                                          gradients, check, no_device_probe)
         order = [u.key for u in UNITS]
         ranked = sorted(ADAPTERS.values(), key=lambda a: order.index(a.unit))  # stable: declaration order within
         ADAPTERS.clear()
@@ -1640,7 +1644,8 @@ def run_load_checkpoint(
                          "(state_dict()) to the file, not references to the live model and optimizer")
     train(resumed, resumed_optimizer, range(iteration, len(inputs)))
     return torch.stack([torch.cat([p.detach().flatten() for p in m.parameters()]) for m in (model, resumed)])
-""", points=2, tolerance=(1e-4, 1e-3), gradients=False)
+""", points=2, tolerance=(1e-4, 1e-3), gradients=False,
+         no_device_probe="a checkpoint copies each tensor's data into bytes, and meta tensors hold none")
 def run_resume_training(
     w1: Float[Tensor, "d_hidden d_in"],
     w2: Float[Tensor, "d_out d_hidden"],
