@@ -1045,7 +1045,8 @@ def run_cross_entropy(
           exact loss; exp(1000) is inf in float32.
         - Pick the target's logit with gather or indexing. Never build a one-hot [..., vocab_size] tensor
           (at GPT-2 scale, [8, 1024] ids and V=50257, it is 1.6 GB) and keep nothing for backward beyond
-          what autograd needs (one [..., vocab_size] tensor).
+          what autograd needs (one [..., vocab_size] tensor, as F.cross_entropy keeps its log-softmax; gather
+          keeps the tensor it reads, so gathering from x rather than x - max keeps one fewer).
         - Compute in float32 (upcast float16/bfloat16 logits) and return the inputs' dtype.
         - Gradients must reach `inputs`.
     """

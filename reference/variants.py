@@ -1708,6 +1708,14 @@ def _load_torch(src, model, optimizer):
     return state["step"]
 
 
+def _ce_gather_shifted(inputs, targets):
+    shifted = _upcast(inputs) - _upcast(inputs).amax(-1, keepdim=True)  # gather keeps shifted: two [..., V] kept
+    lse = shifted.exp().sum(-1).log()
+    return (lse - shifted.gather(-1, targets.unsqueeze(-1)).squeeze(-1)).mean().to(inputs.dtype)
+
+
+register("cross_entropy_gather_shifted", "the target's logit gathered from x - max (two [..., V] tensors kept)",
+         correct=True, training__cross_entropy=_ce_gather_shifted)
 register("cross_entropy_functional", "F.cross_entropy on logits reshaped to [N, V]", correct=True,
          training__cross_entropy=_ce_functional)
 register("cross_entropy_logsumexp", "torch.logsumexp minus the gathered target logit", correct=True,
