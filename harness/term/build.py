@@ -143,10 +143,12 @@ def _add_fingerprints(case: Case, tensors: dict, kwargs: dict, expected, mistake
 
     `expected` is None for a must-raise case: there, any result is the mistake's. `used`:
     the pieces the reference call used; a mistake that patches none of them is skipped.
-    Samples are stored packed, one index and one value tensor per case (Term.fingerprints)."""
+    Samples are stored packed, one index and one value tensor per case (Term.fingerprints). A function
+    that names its own pieces' mistakes only (names_own_pieces_only) gets no others, whatever `used` is."""
     samples = []
+    own = ADAPTERS[case.function].symbols if ADAPTERS[case.function].names_own_pieces_only else None
     for variant in mistakes:
-        if used is not None and not variant.reaches(used):
+        if (used is not None and not variant.reaches(used)) or (own is not None and not variant.reaches(own)):
             continue
         torch.manual_seed(0)  # variants with randomness (dropout) still build byte-identical terms
         try:
