@@ -13,6 +13,7 @@ from harness.term.case_rules import problems
 from harness.term.catalogue import CATALOGUE, Spec, twin
 from harness.student_run.diagnose import fingerprint
 from harness.student_run.checks import CHECKS
+from harness.student_run.probes import optimizers_without_dynamo
 from harness.store import checks_for
 from harness.term.coverage import depends_on
 from harness.contract import ADAPTERS
@@ -46,8 +47,14 @@ def build_term(project: Path, name: str, seed: int, force: bool = False, skip_un
     mistakes = [v for v in VARIANTS.values() if not v.correct]
     public = tuple(spec for spec in CATALOGUE if not spec.hidden)
     specs = CATALOGUE + [twin(spec, grading_seed, public) for spec in public]
-    built = [_build_case(reference, spec, grading_seed if spec.hidden else seed, mistakes, skip_unreached)
-             for spec in specs]
+    optimizers_without_dynamo()  # building an optimizer would import torch._dynamo: seconds, for nothing here
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the tensors are tiny: on a busy 2-core machine a second thread cost 5x the CPU
+    try:
+        built = [_build_case(reference, spec, grading_seed if spec.hidden else seed, mistakes, skip_unreached)
+                 for spec in specs]
+    finally:
+        torch.set_num_threads(threads)
     public = [(c, t) for c, t in built if not c.hidden]
     hidden = [(c, t) for c, t in built if c.hidden]
     meta = {"term": name, "seed": seed, "torch": torch.__version__,
