@@ -1461,8 +1461,8 @@ def run_training_steps(
     turns a gradient element of any size into a step of about lr, so a gradient of 1e-9 whose sign rounding
     flips would move a weight by 2 x lr: every case therefore starts with lr 0 (warmup), its eps is tiny and
     its weight decay small. A mistake in any piece (the schedule off by one, clipping per parameter, AdamW
-    without bias correction or with L2 decay, a loss over the wrong axis, frozen embeddings) misses by 150 to
-    6000 times the tolerance; clipping per parameter, where a step clips, by 1.5 to 24 times.
+    without bias correction or with L2 decay, a loss over the wrong axis, frozen embeddings) misses by 170 to
+    6000 times the tolerance; clipping per parameter, where a step clips, by 1.5 times or more.
 
     Why: run_train_tiny_lm judges what a run learned, and weights built from its corpus's rule, with no
     training, pass that. Here the batches are random ids, and in grading they and the initial weights are
