@@ -127,13 +127,14 @@ def _reference_on_meta(name: str) -> str | None:
     student's fault, so a probe of a call that always ends in one checks nothing."""
     import reference.adapters as ref
     from harness.paths import assemble, leaves
-    from harness.student_run.probes import _MetaWatcher, _without_dynamo_import
+    from harness.student_run.probes import _MetaWatcher
+    from harness.torch_imports import meta_kernels_lean
     spec = next(s for s in CATALOGUE if s.function == name and not s.hidden and s.check == "output")
     generated = spec.generate(0)
     kwargs = {**{k: v for k, v in spec.args.items() if k not in generated},
               **assemble(generated, {p: t.to("meta") for p, t in leaves(generated)})}
     try:
-        with _without_dynamo_import(), _MetaWatcher():
+        with meta_kernels_lean(), _MetaWatcher():
             getattr(ref, name)(**kwargs)
     except Exception as e:  # noqa: BLE001 - any error is what the probe would have forgiven
         return f"{type(e).__name__}: {e}"

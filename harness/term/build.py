@@ -13,13 +13,13 @@ from harness.term.case_rules import problems
 from harness.term.catalogue import CATALOGUE, Spec, twin
 from harness.student_run.diagnose import fingerprint
 from harness.student_run.checks import CHECKS
-from harness.student_run.probes import optimizers_without_dynamo
 from harness.store import checks_for
 from harness.term.coverage import depends_on
 from harness.contract import ADAPTERS
 from harness.runtime import Adapters
 from harness.paths import assemble, leaves
 from harness.store import HIDDEN, MANIFEST, Case, Term, covered, flatten, swap_view, write_term
+from harness.torch_imports import optimizers_without_dynamo
 from reference.variants import VARIANTS, spying
 
 REFERENCE = "reference.adapters"
