@@ -1045,7 +1045,8 @@ def run_cross_entropy(
           exact loss; exp(1000) is inf in float32.
         - Pick the target's logit with gather or indexing. Never build a one-hot [..., vocab_size] tensor
           (at GPT-2 scale, [8, 1024] ids and V=50257, it is 1.6 GB) and keep nothing for backward beyond
-          what autograd needs (one [..., vocab_size] tensor).
+          what autograd needs (one [..., vocab_size] tensor, as F.cross_entropy keeps its log-softmax; gather
+          keeps the tensor it reads, so gathering from x rather than x - max keeps one fewer).
         - Compute in float32 (upcast float16/bfloat16 logits) and return the inputs' dtype.
         - Gradients must reach `inputs`.
     """
@@ -1064,7 +1065,7 @@ def run_gradient_clipping(parameters: Iterable[torch.nn.Parameter], max_l2_norm:
     torch.nn.utils.clip_grad_norm_ does the same (it scales by min(1, max / (norm + 1e-6)), which
     differs only for norms within 1e-6 below the maximum).
 
-    An entry point: run_clip_gradients checks it, with tensors in and out.
+    An entry point: run_clip_gradients checks it, with tensors in and out, and run_training_steps in training.
     """
     impl.training.gradient_clipping(parameters, max_l2_norm)
 
@@ -1306,7 +1307,7 @@ def get_adamw_cls() -> type[torch.optim.Optimizer]:
     The CS336 handout's order (alpha_t = lr sqrt(1 - beta2^t) / (1 - beta1^t), eps added to sqrt(v),
     decay after the update) passes too: it moves p by about lr^2 x weight_decay a step more, and
     its eps weighs sqrt(1 - beta2^t) more, both far below the tolerance at the settings the cases
-    use. Checked by run_adamw_steps and run_adamw_resumed.
+    use. Checked by run_adamw_steps, run_adamw_resumed and run_training_steps.
     """
     return impl.optimizer.AdamW
 
@@ -1398,7 +1399,8 @@ def run_get_lr_cosine_schedule(
 
     So it = 0 gives 0, it = warmup_iters gives exactly the maximum, it = cosine_cycle_iters
     exactly the minimum, and every later iteration the minimum. warmup_iters may be 0 (no
-    warmup); warmup_iters < cosine_cycle_iters. Checked by run_lr_schedule, at every iteration.
+    warmup); warmup_iters < cosine_cycle_iters. Checked by run_lr_schedule, at every iteration, and
+    in training by run_training_steps.
     """
     return impl.optimizer.lr_cosine_schedule(it, max_learning_rate, min_learning_rate, warmup_iters, cosine_cycle_iters)
 
@@ -1416,6 +1418,75 @@ def run_lr_schedule(
     1e-7 + 1e-6 x each value (a cosine in float32 rounds to about 6e-8 of max_learning_rate)."""
     return torch.tensor([float(impl.optimizer.lr_cosine_schedule(it, max_learning_rate, min_learning_rate, warmup_iters,
                                                                  cosine_cycle_iters)) for it in range(num_iters)])
+
+
+def run_training_steps(
+    weights: dict[str, Tensor],
+    inputs: Int[Tensor, "steps batch seq"],
+    targets: Int[Tensor, "steps batch seq"],
+    vocab_size: int,
+    context_length: int,
+    d_model: int,
+    num_layers: int,
+    num_heads: int,
+    d_ff: int,
+    rope_theta: float,
+    max_learning_rate: float,
+    min_learning_rate: float,
+    warmup_iters: int,
+    cosine_cycle_iters: int,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    max_l2_norm: float,
+) -> Float[Tensor, "total"]:
+    """A few training steps of your transformer LM on given batches (you write nothing here): the final weights.
+
+    Your TransformerLM (get_transformer_lm) starts from `weights` (the run_transformer_lm keys) and
+    trains for steps = inputs.shape[0] steps. Step t (0-based) sets every param group's lr to your
+    lr_cosine_schedule(t, max_learning_rate, min_learning_rate, warmup_iters, cosine_cycle_iters), takes
+    your cross_entropy of model(inputs[t]) against targets[t], backpropagates, clips with your
+    gradient_clipping to max_l2_norm and steps your AdamW (lr=max_learning_rate, betas=(beta1, beta2),
+    eps, weight_decay). It is run_train_tiny_lm's loop with the batches given instead of drawn.
+
+    Returns:
+        [total]: the final weights, each flattened, concatenated in sorted key order.
+
+    Checked against the reference's weights after the same steps (computed in float64, rounded once),
+    within 1e-5 + 8 x steps x max_learning_rate^2 x weight_decay (and 1e-5 relative). float32, einsum or
+    matmul, F.cross_entropy, clip_grad_norm_, torch.optim.AdamW and the CS336 handout's AdamW order (decay
+    after the update: lr^2 x weight_decay a step more; eps on sqrt(v)) stayed within a tenth of it over 300
+    draws of each case. Adam
+    turns a gradient element of any size into a step of about lr, so a gradient of 1e-9 whose sign rounding
+    flips would move a weight by 2 x lr: every case therefore starts with lr 0 (warmup), its eps is tiny and
+    its weight decay small. A mistake in any piece (the schedule off by one, clipping per parameter, AdamW
+    without bias correction or with L2 decay, a loss over the wrong axis, frozen embeddings) misses by 170 to
+    6000 times the tolerance; clipping per parameter, where a step clips, by 1.5 times or more.
+
+    Why: run_train_tiny_lm judges what a run learned, and weights built from its corpus's rule, with no
+    training, pass that. Here the batches are random ids, and in grading they and the initial weights are
+    ones the code has never seen (hidden twins): only a loop whose every piece is right follows the
+    trajectory. So this drill holds 4 points and run_train_tiny_lm 2.
+    """
+    # the weights' dtype: float64 when the term is built, so the expected trajectory is the exact one rounded once
+    model = impl.model.TransformerLM(vocab_size, context_length, d_model, num_layers, num_heads, d_ff, rope_theta,
+                                     device=inputs.device, dtype=weights["lm_head.weight"].dtype)
+    model.load_state_dict(weights)
+    optimizer = impl.optimizer.AdamW(model.parameters(), lr=max_learning_rate, betas=(beta1, beta2), eps=eps,
+                                     weight_decay=weight_decay)
+    for t in range(inputs.shape[0]):
+        for group in optimizer.param_groups:
+            group["lr"] = impl.optimizer.lr_cosine_schedule(t, max_learning_rate, min_learning_rate, warmup_iters,
+                                                            cosine_cycle_iters)
+        with torch.enable_grad():  # training needs gradients, even where the caller turned them off
+            loss = impl.training.cross_entropy(model(inputs[t]), targets[t])
+            optimizer.zero_grad()
+            loss.backward()
+        impl.training.gradient_clipping(model.parameters(), max_l2_norm)
+        optimizer.step()
+    state = model.state_dict()
+    return torch.cat([state[k].detach().flatten() for k in sorted(weights)])
 
 
 def run_train_tiny_lm(
@@ -1456,6 +1527,10 @@ def run_train_tiny_lm(
         - every row of a token that never occurs gets no gradient, so it changes by weight decay
           alone: exactly the initial row times prod_t (1 - lr_t * weight_decay);
         - the same seed gives the same weights, bit for bit.
+
+    It holds 2 points, run_training_steps 4: weights built from the corpus's rule, with no training
+    (a get_batch that keeps the corpus, an AdamW whose step writes them), pass every check here;
+    they cannot follow run_training_steps' trajectory on batches and weights they have never seen.
     """
     import random
     import numpy as np

@@ -11,10 +11,11 @@ from safetensors.torch import load as load_tensors, save as save_tensors
 def cross_entropy(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean over every leading position of logsumexp(x) - x[target], in float32 (or wider)."""
     x = inputs if inputs.dtype == torch.float64 else inputs.float()
-    shifted = x - x.amax(dim=-1, keepdim=True)  # the row max: exp never sees more than 0
-    lse = shifted.exp().sum(dim=-1).log()
-    picked = shifted.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    return (lse - picked).mean().to(inputs.dtype)
+    top = x.amax(dim=-1, keepdim=True)  # the row max: exp never sees more than 0
+    lse = (x - top).exp().sum(dim=-1).log()
+    # gathered from x, not from x - top: gather keeps its source for backward, one more [..., V] tensor
+    picked = x.gather(-1, targets.unsqueeze(-1)) - top
+    return (lse - picked.squeeze(-1)).mean().to(inputs.dtype)
 
 
 EPS = 1e-6  # CS336's: the scale is max_l2_norm / (norm + 1e-6)

@@ -1743,6 +1743,14 @@ def _load_torch(src, model, optimizer):
     return state["step"]
 
 
+def _ce_gather_shifted(inputs, targets):
+    shifted = _upcast(inputs) - _upcast(inputs).amax(-1, keepdim=True)  # gather keeps shifted: two [..., V] kept
+    lse = shifted.exp().sum(-1).log()
+    return (lse - shifted.gather(-1, targets.unsqueeze(-1)).squeeze(-1)).mean().to(inputs.dtype)
+
+
+register("cross_entropy_gather_shifted", "the target's logit gathered from x - max (two [..., V] tensors kept)",
+         correct=True, training__cross_entropy=_ce_gather_shifted)
 register("cross_entropy_functional", "F.cross_entropy on logits reshaped to [N, V]", correct=True,
          training__cross_entropy=_ce_functional)
 register("cross_entropy_logsumexp", "torch.logsumexp minus the gathered target logit", correct=True,
@@ -1907,6 +1915,52 @@ register("adamw_foreach", "AdamW with torch._foreach_* updates over each group",
 register("adamw_torch", "torch.optim.AdamW itself", correct=True, optimizer__AdamW=torch.optim.AdamW)
 register("schedule_torch_cos", "the schedule with torch.cos, returning a tensor", correct=True,
          optimizer__lr_cosine_schedule=_schedule(torch_cos=True))
+
+
+class _AdamWFloat64(optimizer.AdamW):
+    """AdamW whose update is computed in float64 and rounded once into p (its moments stay in p's dtype:
+    load_state_dict casts an optimizer's state to its parameter's dtype)."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state.update(step=0, m=torch.zeros_like(p), v=torch.zeros_like(p))
+                state["step"] += 1
+                t, m, v = state["step"], state["m"], state["v"]
+                m.mul_(beta1).add_(p.grad, alpha=1 - beta1)
+                v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+                step = (m.double() / (1 - beta1 ** t)) / ((v.double() / (1 - beta2 ** t)).sqrt() + eps)
+                p.copy_(p.double() * (1 - lr * wd) - lr * step)
+
+
+def _clip_concatenated(parameters, max_l2_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if grads:
+        norm = torch.cat([g.float().flatten() for g in grads]).norm()
+        if norm > max_l2_norm:
+            for g in grads:
+                g.mul_(max_l2_norm / (norm + 1e-6))
+
+
+def _ce_nll_log_softmax(inputs, targets):
+    logp = F.log_softmax(_upcast(inputs), dim=-1)
+    return F.nll_loss(logp.reshape(-1, logp.shape[-1]), targets.reshape(-1)).to(inputs.dtype)
+
+
+register("adamw_float64_update", "AdamW whose update is computed in float64, rounded once into each parameter",
+         correct=True, optimizer__AdamW=_AdamWFloat64)
+register("adamw_alpha_t_decay_first", "AdamW with the bias corrections in the step size (eps on sqrt(v)), decay first",
+         correct=True, optimizer__AdamW=_set(_AdamW, eps_inside=False))
+register("clip_norm_of_concatenation", "clipping by the norm of all gradients concatenated, scaled with mul_",
+         correct=True, training__gradient_clipping=_clip_concatenated)
+register("cross_entropy_nll_log_softmax", "F.nll_loss of F.log_softmax", correct=True,
+         training__cross_entropy=_ce_nll_log_softmax)
 
 
 class _FrozenEmbeddingsLM(model.TransformerLM):

@@ -7,13 +7,17 @@ import sys
 import zipfile
 from pathlib import Path
 
-from conftest import PROJECT, edit, reference_as_student
+from conftest import PROJECT, TERM, edit, reference_as_student
 from harness.contract import ADAPTERS
 from harness.grading.grade import MAX_FILE, MAX_TOTAL
 from harness.grading.sandbox import BASE_UID, UID_BLOCK, UID_BLOCKS
+from harness.store import Term
 
-FULL = sum(a.points for a in ADAPTERS.values())
-GRADED = {n: a for n, a in ADAPTERS.items() if not a.entry_point}  # an entry point's points are its drills'
+# What the pinned term grades, at its own points (a term keeps those it was built with; a function the
+# contract gained since is not graded on it). An entry point's points are its drills'.
+GRADED = {n: record["points"] for n, record in Term(PROJECT, TERM).functions.items()
+          if n in ADAPTERS and not ADAPTERS[n].entry_point}
+FULL = sum(GRADED.values())
 
 HOSTILE = Path(__file__).parent / "hostile"
 CANARY = "HARNESS_CANARY_do_not_leak"

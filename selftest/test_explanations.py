@@ -84,6 +84,26 @@ def test_what_differs_locates_errors_along_each_axis():
     assert what_differs(e.clone(), e, 1e-5, 1e-4, axes) is None
 
 
+def test_a_concatenation_of_named_tensors_says_which_differ():
+    """An output along `total` concatenates a dict argument's tensors in sorted name order (run_training_steps,
+    run_adamw_steps): the report names the tensors that hold the errors."""
+    from types import SimpleNamespace
+    from harness.student_run.diagnose import named_parts
+    g = torch.Generator().manual_seed(0)
+    weights = {"b": torch.randn(4, generator=g), "a": torch.randn(2, 3, generator=g), "c": torch.randn(5, generator=g)}
+    e = torch.cat([weights[k].flatten() for k in sorted(weights)])
+    case = SimpleNamespace(atol=1e-5, rtol=1e-4, ulps=0)
+    inputs = {"weights": weights, "grads": {k: torch.zeros(3, *t.shape) for k, t in weights.items()}, "lr": 0.1}
+    one = e.clone()
+    one[7] += 1.0  # b's second element
+    assert named_parts(one, e, case, inputs) == "1 of the 3 tensors differ: b (1 of 4); the others are right"
+    assert named_parts(e + 1.0, e, case, inputs) == "all 3 tensors differ, in 15 of their 15 elements"
+    steps = torch.stack([e, one])  # [steps, total]: the last axis is still the concatenation
+    assert named_parts(steps, torch.stack([e, e]), case, inputs).startswith("1 of the 3 tensors differ: b")
+    assert named_parts(e.clone(), e, case, inputs) is None
+    assert named_parts(one, e, case, {"weights": {"a": weights["a"]}}) is None  # sizes that do not add up
+
+
 def test_reduced_precision_is_judged_within_one_ulp():
     """A bfloat16 RMSNorm without the float32 upcast stays inside the old (1e-2, 1.6e-2) tolerance,
     but not within 1 ulp of the float32 result rounded once; float64 internals are."""

@@ -68,7 +68,8 @@ def test_entry_point_is_exercised_by_its_drills(name):
         assert [s for s in CATALOGUE if s.function == drill], f"{name}: its drill {drill} has no cases"
 
 
-@pytest.mark.parametrize("name", [n for n in ADAPTERS if n not in ENTRY_POINTS and n not in TRAINED])
+@pytest.mark.parametrize("name", [n for n in ADAPTERS if n not in ENTRY_POINTS and n not in TRAINED
+                                  and not ADAPTERS[n].no_device_probe])
 def test_function_has_a_device_probe(collected, name):
     assert [n for n, a in collected.items() if a == name and n.startswith("tests/test_devices.py")], \
         f"{name} has no meta-device probe in tests/test_devices.py"
@@ -118,3 +119,50 @@ def test_docstrings_name_every_parameter_the_tests_load(cls):
     docs = CLASSES[cls].stub + "".join(a.spec.__doc__ for a in ADAPTERS.values() if f"impl.{module}.{cls}(" in a.glue)
     missing = sorted({key.split(".")[0] for key in state} - set(re.findall(r"\w+", docs)))
     assert not missing, f"{cls}: say in its stub's or its adapter's docstring that it holds {missing}"
+
+
+def _reference_on_meta(name: str) -> str | None:
+    """Why the reference cannot run `name`'s first public catalogue case on meta tensors (None: it ran
+    to the end, so its device probe checks the whole call). run_on_meta forgives such errors as not the
+    student's fault, so a probe of a call that always ends in one checks nothing."""
+    import reference.adapters as ref
+    from harness.paths import assemble, leaves
+    from harness.student_run.probes import _MetaWatcher
+    from harness.torch_imports import meta_kernels_lean
+    spec = next(s for s in CATALOGUE if s.function == name and not s.hidden and s.check == "output")
+    generated = spec.generate(0)
+    kwargs = {**{k: v for k, v in spec.args.items() if k not in generated},
+              **assemble(generated, {p: t.to("meta") for p, t in leaves(generated)})}
+    try:
+        with meta_kernels_lean(), _MetaWatcher():
+            getattr(ref, name)(**kwargs)
+    except Exception as e:  # noqa: BLE001 - any error is what the probe would have forgiven
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+PROBED = [n for n in FUNCTIONS if not ADAPTERS[n].no_device_probe]
+
+
+@pytest.mark.parametrize("name", [n for n in PROBED if any(any(s.gens()) for s in CATALOGUE if s.function == n)])
+def test_device_probe_runs_the_whole_call(name):
+    """A device probe forgives errors that meta tensors cause (no data to copy, a value to read), so one
+    of a call that always ends in such an error checks nothing: the reference runs each probed call to the
+    end on meta."""
+    failed = _reference_on_meta(name)
+    assert not failed, (f"the reference's {name} cannot run on meta tensors ({failed[:300]}), so its device "
+                        "probe checks nothing: make the call run on meta, or declare no_device_probe=\"why\" "
+                        "with its adapter in harness/contract.py")
+
+
+@pytest.mark.parametrize("name", [n for n in FUNCTIONS if ADAPTERS[n].no_device_probe])
+def test_a_function_without_a_device_probe_needs_none(name):
+    """no_device_probe holds where the reference cannot run the call on meta (a probe would check nothing),
+    or where every student piece its glue calls is probed through another function (or a builder's probe)."""
+    probed = [n for n in PROBED + BUILDERS if n != name]
+    elsewhere = {s for n in probed for s in ADAPTERS[n].symbols}
+    unprobed = sorted(ADAPTERS[name].symbols - elsewhere)
+    assert _reference_on_meta(name) or not unprobed, (
+        f"{name} runs on meta tensors, and no other function's device probe reaches "
+        f"{', '.join('impl.' + s for s in unprobed)}: drop no_device_probe in harness/contract.py, so "
+        "tests/test_devices.py probes it")

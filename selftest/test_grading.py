@@ -30,7 +30,6 @@ import pytest
 import torch
 
 from conftest import PROJECT, TERM, edit, reference_as_student
-from harness.contract import ADAPTERS
 from harness.grading.grade import grade_all
 from harness.grading.sandbox import NOFILE, PIDS, Protections
 from harness.store import Term
@@ -154,10 +153,10 @@ def test_max_scores_add_up_exactly_to_each_functions_points(graded):
     result = graded["results"]["reference"]
     scores = result.scores()
     entries = {t["name"]: t for t in _results_json(graded, "reference")["tests"] if "max_score" in t}
-    for fn, adapter in ((fn, ADAPTERS[fn]) for fn in GRADED):
+    for fn, points in GRADED.items():
         shares = [Decimal(repr(scores[t.id][1])) for t in result.tests if t.adapter == fn]
-        assert shares and sum(shares) == adapter.points, f"{fn}: {sum(shares)} != {adapter.points}"
-        assert entries[f"{fn}: points"]["max_score"] == adapter.points
+        assert shares and sum(shares) == Decimal(repr(points)), f"{fn}: {sum(shares)} != {points}"
+        assert entries[f"{fn}: points"]["max_score"] == points
     assert sum(Decimal(repr(t["max_score"])) for t in entries.values()) == FULL
     assert set(entries) == {f"{fn}: points" for fn in GRADED}  # no other entry carries points
 
@@ -188,8 +187,8 @@ def test_known_mistakes_get_partial_credit_on_the_right_functions(graded, reache
     exposed = can_lose(reached, EDITED_PIECES[name])
     for fn, points in scores.items():
         if fn not in exposed:
-            assert points == pytest.approx(ADAPTERS[fn].points), f"{fn} lost points it should keep"
-    lost = {fn for fn, points in scores.items() if points < ADAPTERS[fn].points}
+            assert points == pytest.approx(GRADED[fn]), f"{fn} lost points it should keep"
+    lost = {fn for fn, points in scores.items() if points < GRADED[fn]}
     assert OWNER[name] in lost and lost <= exposed, (lost, exposed)
 
 
@@ -208,7 +207,7 @@ def test_a_file_that_does_not_import_costs_only_the_functions_that_use_it(graded
     reason; embeddings.py's keep their points."""
     assert graded["results"]["syntax_error"].status == "ok"
     scores = per_function(graded, "syntax_error")
-    assert scores["run_silu"] == 0 and scores["run_embedding"] == pytest.approx(ADAPTERS["run_embedding"].points)
+    assert scores["run_silu"] == 0 and scores["run_embedding"] == pytest.approx(GRADED["run_embedding"])
     tests = _results_json(graded, "syntax_error")["tests"]
     silu = [t for t in tests if t["visibility"] == "visible" and t["name"].startswith("run_silu:")]
     assert silu and all("SyntaxError" in t["output"] for t in silu)
@@ -234,8 +233,8 @@ def test_every_attack_scores_zero_or_only_its_honest_part(graded, name):
     # correct code, except one function that raises where it spies: it loses that function's points only
     if spied := {"records_hidden": "run_silu", "reports_its_draws": "run_softmax"}.get(name):
         scores = per_function(graded, name)
-        assert scores[spied] < ADAPTERS[spied].points
-        assert all(scores[fn] == pytest.approx(a.points) for fn, a in GRADED.items() if fn != spied)
+        assert scores[spied] < GRADED[spied]
+        assert all(scores[fn] == pytest.approx(points) for fn, points in GRADED.items() if fn != spied)
     else:
         assert result.score == 0, f"{name} scored {result.score}"
 
@@ -570,13 +569,13 @@ def test_load_costs_honest_code_nothing(loaded, reached):
     scores = points_per_function(loaded)
     assert loaded.status == "ok"
     exposed = can_lose(reached, ACCOUNTING_PIECES)  # run_transformer_accounting and the tests that use it
-    assert all(scores[fn] == pytest.approx(a.points) for fn, a in GRADED.items() if fn not in exposed)
+    assert all(scores[fn] == pytest.approx(points) for fn, points in GRADED.items() if fn not in exposed)
 
 
 @pytest.mark.parametrize("said", ["did not finish within 1 s of CPU time", "the worker process died during this call"])
 def test_a_hang_or_a_crash_costs_only_the_tests_it_touches(loaded, said):
     """Under load too; the next test runs in a fresh worker."""
-    assert points_per_function(loaded)["run_transformer_accounting"] < ADAPTERS["run_transformer_accounting"].points
+    assert points_per_function(loaded)["run_transformer_accounting"] < GRADED["run_transformer_accounting"]
     assert any(said in t.message for t in loaded.tests)
 
 
@@ -597,7 +596,7 @@ def test_without_bubblewrap_the_worker_still_runs_apart_and_limited(tmp_path, re
     scores = points_per_function(result)
     assert result.status == "ok" and 0 < result.score < FULL and not survivors()
     exposed = can_lose(reached, ACCOUNTING_PIECES)
-    assert all(scores[fn] == pytest.approx(a.points) for fn, a in GRADED.items() if fn not in exposed)
+    assert all(scores[fn] == pytest.approx(points) for fn, points in GRADED.items() if fn not in exposed)
     assert "filesystem allow-list" in plain.describe().split("OFF:")[1]
 
 

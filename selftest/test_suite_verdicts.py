@@ -5,8 +5,9 @@ under `-n N` the table is built once per worker that needs it.)"""
 
 import pytest
 
-from conftest import PROJECT, run_suite
+from conftest import PROJECT, TERM, run_suite
 from harness.contract import ADAPTERS
+from harness.store import Term
 from harness.term.coverage import NAMED_TARGET, render
 from reference.variants import VARIANTS
 
@@ -76,6 +77,8 @@ def test_hidden_failures_never_show_inputs_or_values():
                                   if n in UNNAMED else n for n, a in ADAPTERS.items()
                                   if not a.entry_point])  # an entry point has no tests: its drills name its mistakes
 def test_function_has_a_mistake_named_in_its_own_tests(table, name):
+    if name not in Term(PROJECT, TERM).functions:  # the table runs the pinned term, built before the function
+        pytest.skip(f"term {TERM} does not cover {name}: it is judged on the term built next")
     own = {name, *ADAPTERS[name].drills}  # an entry point's tests are its drills'
     named = [row.variant for row in table.values() if not row.correct and own & set(row.named_in)]
     assert named, (f"no known mistake is named by a failing test of {name}: add a variant to "

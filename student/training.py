@@ -9,11 +9,11 @@ from torch import nn  # noqa: F401
 
 
 def cross_entropy(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    raise NotImplementedError("see the docstring of run_cross_entropy and run_train_tiny_lm in adapters.py")
+    raise NotImplementedError("see the docstring of run_cross_entropy and run_training_steps and run_train_tiny_lm in adapters.py")
 
 
 def gradient_clipping(parameters, max_l2_norm: float) -> None:
-    raise NotImplementedError("see the docstring of run_gradient_clipping and run_clip_gradients and run_train_tiny_lm in adapters.py")
+    raise NotImplementedError("see the docstring of run_gradient_clipping and run_clip_gradients and run_training_steps and run_train_tiny_lm in adapters.py")
 
 
 def get_batch(dataset, batch_size: int, context_length: int, device: str):

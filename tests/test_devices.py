@@ -22,8 +22,10 @@ from harness.contract import ADAPTERS
 from harness.student_run.probes import run_on_meta
 
 # Entry points run through their drills; a training run (check "train") builds its own model and
-# batches on the CPU, and its devices are its pieces': their own drills and cases probe them.
-FUNCTIONS = [name for name, a in ADAPTERS.items() if not a.builder and not a.entry_point and a.check != "train"]
+# batches on the CPU, and its devices are its pieces': their own drills and cases probe them. So do the
+# functions that declare why they have no probe (`no_device_probe` in harness/contract.py).
+FUNCTIONS = [name for name, a in ADAPTERS.items()
+             if not a.builder and not a.entry_point and a.check != "train" and not a.no_device_probe]
 BUILDERS = [name for name, a in ADAPTERS.items() if a.builder]
 IDS = (2, 3)  # what a built module's forward takes: ids or positions [batch, seq], all 0
 

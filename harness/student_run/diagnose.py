@@ -560,7 +560,9 @@ def _wrong_result(term, case, actual, expected, nonfinite) -> list[tuple[str, st
         return [("What differs", rounding)]
     axes = output_axes(case.function, actual.dim())
     one_key = attends_causally(case.function)
-    differs = what_differs(actual, expected, case.atol, case.rtol, axes, case.ulps)
+    named = named_parts(actual, expected, case, term.inputs(case)) if axes[-1:] == ["total"] else None
+    differs = what_differs(actual, expected, case.atol, case.rtol, axes[:-1] if named else axes, case.ulps)
+    differs = "; ".join(fact for fact in (differs, named) if fact) or None
     if one_key and differs and "every index but the first (index 0 is right)" in differs:
         differs += (" (in causal attention position 0 sees one key, itself, whose weight is 1 whatever "
                     "the scores: a mistake in the scores, the scale or the softmax leaves it right)")
@@ -593,6 +595,27 @@ def output_axes(function: str, rank: int) -> list[str]:
     dims = getattr(ADAPTERS[function].signature.return_annotation, "dim_str", "...").split()
     named = [d for d in dims if d != "..."][-rank:] if rank else []
     return [f"axis {i}" for i in range(rank - len(named))] + named
+
+
+def named_parts(actual, expected, case, inputs: dict) -> str | None:
+    """For an output whose last axis, `total`, is the tensors of a dict argument flattened and concatenated
+    in sorted name order (weights after training steps, AdamW's parameters, clipped gradients): which of
+    them hold the errors, by name, rather than a list of index ranges. The dict is the one argument whose
+    sizes add up to `total`."""
+    from harness.student_run.compare import mismatched
+    parts = [v for v in inputs.values() if isinstance(v, dict) and v and all(isinstance(t, torch.Tensor) for t in v.values())
+             and sum(t.numel() for t in v.values()) == actual.shape[-1]]
+    if len(parts) != 1:
+        return None
+    names = sorted(parts[0])
+    sizes = [parts[0][k].numel() for k in names]
+    bad = mismatched(actual.detach(), expected, case.atol, case.rtol, case.ulps).reshape(-1, actual.shape[-1]).any(0)
+    wrong = [f"{k} ({int(b.sum())} of {b.numel()})" for k, b in zip(names, bad.split(sizes)) if b.any()]
+    if not wrong:
+        return None
+    if len(wrong) == len(names):
+        return f"all {len(names)} tensors differ, in {int(bad.sum())} of their {bad.numel()} elements"
+    return f"{len(wrong)} of the {len(names)} tensors differ: {', '.join(wrong)}; the others are right"
 
 
 def _ranges(indices: list[int]) -> str:

@@ -19,6 +19,7 @@ from harness.contract import ADAPTERS
 from harness.runtime import Adapters
 from harness.paths import assemble, leaves
 from harness.store import HIDDEN, MANIFEST, Case, Term, covered, flatten, swap_view, write_term
+from harness.torch_imports import optimizers_without_dynamo
 from reference.variants import VARIANTS, spying
 
 REFERENCE = "reference.adapters"
@@ -46,8 +47,14 @@ def build_term(project: Path, name: str, seed: int, force: bool = False, skip_un
     mistakes = [v for v in VARIANTS.values() if not v.correct]
     public = tuple(spec for spec in CATALOGUE if not spec.hidden)
     specs = CATALOGUE + [twin(spec, grading_seed, public) for spec in public]
-    built = [_build_case(reference, spec, grading_seed if spec.hidden else seed, mistakes, skip_unreached)
-             for spec in specs]
+    optimizers_without_dynamo()  # building an optimizer would import torch._dynamo: seconds, for nothing here
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the tensors are tiny: on a busy 2-core machine a second thread cost 5x the CPU
+    try:
+        built = [_build_case(reference, spec, grading_seed if spec.hidden else seed, mistakes, skip_unreached)
+                 for spec in specs]
+    finally:
+        torch.set_num_threads(threads)
     public = [(c, t) for c, t in built if not c.hidden]
     hidden = [(c, t) for c, t in built if c.hidden]
     meta = {"term": name, "seed": seed, "torch": torch.__version__,
@@ -143,10 +150,12 @@ def _add_fingerprints(case: Case, tensors: dict, kwargs: dict, expected, mistake
 
     `expected` is None for a must-raise case: there, any result is the mistake's. `used`:
     the pieces the reference call used; a mistake that patches none of them is skipped.
-    Samples are stored packed, one index and one value tensor per case (Term.fingerprints)."""
+    Samples are stored packed, one index and one value tensor per case (Term.fingerprints). A function
+    that names its own pieces' mistakes only (names_own_pieces_only) gets no others, whatever `used` is."""
     samples = []
+    own = ADAPTERS[case.function].symbols if ADAPTERS[case.function].names_own_pieces_only else None
     for variant in mistakes:
-        if used is not None and not variant.reaches(used):
+        if (used is not None and not variant.reaches(used)) or (own is not None and not variant.reaches(own)):
             continue
         torch.manual_seed(0)  # variants with randomness (dropout) still build byte-identical terms
         try:

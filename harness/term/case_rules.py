@@ -8,7 +8,8 @@ selftest (instructor only). Derived from the contract, not from lists:
 - Every scalar argument of an adapter takes two values across its public cases, and every
   optional one is both None and given.
 - Every function whose reference applies exp, sigmoid or softmax to its inputs sees a spread
-  of at least SPREAD inside one slice in a public case, not only a large offset.
+  of at least SPREAD inside one slice in a public case, not only a large offset (a trajectory of
+  optimizer steps excepted: narrow_spread says why).
 - A case names only its function's arguments, and all the required ones; sizes the contract
   divides (DIVISIBLE: d_model by num_heads, ...) divide; and its hidden twin can differ from it.
 - Every function that takes float tensors (Adapter.float_args) has a public float16 or bfloat16
@@ -230,7 +231,13 @@ def _reference() -> dict:
 
 
 def narrow_spread(function: str, catalogue: list) -> str | None:
-    """Why `function`'s public cases miss the spread rule, or None (also when it exponentiates nothing)."""
+    """Why `function`'s public cases miss the spread rule, or None (also when it exponentiates nothing).
+    A trajectory of optimizer steps (gradients=False) is exempt: under a softmax spread by hundreds, steps
+    amplify float32 rounding past the tolerance (a correct float32 run_training_steps with attention scores
+    spread by hundreds left the float64 trajectory by 1.8 x its tolerance, 576 x without warmup), and the
+    functions it steps meet the rule in their own cases."""
+    if not ADAPTERS[function].gradients:
+        return None
     try:
         ranges = [r for s in public(function, catalogue) for r in exponential_ranges(s)]
     except Exception as e:  # noqa: BLE001 - a reference that cannot run its cases is the news

@@ -171,7 +171,7 @@ class Spec:
     args: dict
     note: str = ""
     check: str = "output"
-    tolerance: tuple | Callable | None = None  # (atol, rtol), a function of the inputs, or the adapter's
+    tolerance: tuple | Callable | None = None  # (atol, rtol), a function of the arguments, or the adapter's
     hidden: bool = False
     equal: tuple = ()  # axis pairs whose equal sizes are the point of the case, "a=b" (harness/term/case_rules.py)
     twin_of: str = ""  # a twin: the name of the public case it repeats on fresh values
@@ -179,7 +179,7 @@ class Spec:
     def case(self, generated: dict, inputs: list[str], grads: list[str]) -> Case:
         scalars = {k: v for k, v in self.args.items() if k not in generated}
         tolerance = self.tolerance or ADAPTERS[self.function].tolerance
-        atol, rtol = tolerance(generated) if callable(tolerance) else tolerance
+        atol, rtol = tolerance({**scalars, **generated}) if callable(tolerance) else tolerance
         grad_atol, grad_rtol = (atol, rtol) if atol or rtol else (1e-6, 1e-5)
         views = {path: gen.layout for path, gen in self.gens() if gen.layout}
         return Case(function=self.function, name=self.name, args=scalars, inputs=inputs, check=self.check,
@@ -1016,6 +1016,27 @@ TRAIN_RUN: list[Spec] = [
          max_learning_rate=0.5, min_learning_rate=0.0, warmup_iters=0, cosine_cycle_iters=12, num_iters=20),
     case("run_lr_schedule", "hidden-long", "", hidden=True,
          max_learning_rate=6e-4, min_learning_rate=6e-5, warmup_iters=20, cosine_cycle_iters=90, num_iters=120),
+
+    # ---- run_training_steps: the reference's trajectory on given batches. Gradient norms run about 1.2 to
+    # 3 here, so some steps clip and some do not. Warmup from lr 0, a tiny eps and a small weight decay keep
+    # a correct float32 run within 0.1 of the tolerance (300 draws of each case; its docstring says why)
+    case("run_training_steps", "warmup-cosine-floor", "V=24, 1 layer; 6 steps of [4, 7] batches: warmup over "
+         "steps 0-1, cosine to step 4, the minimum after; clipped at 1.5",
+         weights=lm_weights(24, 16, 1, 32), inputs=ints(6, 4, 7, high=24), targets=ints(6, 4, 7, high=24),
+         vocab_size=24, context_length=8, d_model=16, num_layers=1, num_heads=2, d_ff=32, rope_theta=10000.0,
+         max_learning_rate=1e-2, min_learning_rate=1e-3, warmup_iters=2, cosine_cycle_iters=4, beta1=0.9,
+         beta2=0.999, eps=1e-12, weight_decay=1e-3, max_l2_norm=1.5),
+    case("run_training_steps", "two-layers-short-warmup", "V=20, 2 layers, 3 heads, sequences of 5 (context 6); 6 "
+         "steps of [2, 5] batches: warmup over step 0, cosine to step 3, the minimum after; betas (0.8, 0.95); "
+         "clipped at 2.5", weights=lm_weights(20, 12, 2, 16), inputs=ints(6, 2, 5, high=20),
+         targets=ints(6, 2, 5, high=20), vocab_size=20, context_length=6, d_model=12, num_layers=2, num_heads=3,
+         d_ff=16, rope_theta=500.0, max_learning_rate=5e-3, min_learning_rate=5e-4, warmup_iters=1,
+         cosine_cycle_iters=3, beta1=0.8, beta2=0.95, eps=1e-11, weight_decay=2e-3, max_l2_norm=2.5),
+    case("run_training_steps", "hidden-three-rows", "", hidden=True,
+         weights=lm_weights(28, 16, 1, 20), inputs=ints(5, 3, 7, high=28), targets=ints(5, 3, 7, high=28),
+         vocab_size=28, context_length=8, d_model=16, num_layers=1, num_heads=2, d_ff=20, rope_theta=10000.0,
+         max_learning_rate=8e-3, min_learning_rate=8e-4, warmup_iters=1, cosine_cycle_iters=3, beta1=0.9,
+         beta2=0.99, eps=1e-12, weight_decay=3e-3, max_l2_norm=2.0),
 
     # ---- run_train_tiny_lm: judged by what it trains (a public case and its hidden twin: a fresh corpus,
     # fresh weights); 60 steps are 0.2 s, and bring the reference from about ln V to about 0.003
