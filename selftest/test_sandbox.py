@@ -133,3 +133,21 @@ def test_the_seccomp_filter_denies_system_v_and_queue_ipc():
     assert denied.returncode == 0
     allowed = subprocess.run([sys.executable, "-I", "-c", check.replace("sys.exit(0 if", "sys.exit(1 if")])
     assert allowed.returncode == 1  # the calls work without the filter: the check can fail
+
+
+def test_the_workers_harness_modules_import_on_their_own(tmp_path):
+    """The sandbox holds only WORKER_MODULES of the harness: a module they import that is not among
+    them (harness.torch_imports once) fails under bubblewrap, and every submission got import-error.
+    Outside a sandbox the editable install would still find it, so where each came from is checked."""
+    import shutil
+    from harness.grading.sandbox import HARNESS, WORKER_MODULES
+    lib = tmp_path / "lib"
+    for name in WORKER_MODULES:
+        (lib / "harness" / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(HARNESS / name, lib / "harness" / name)
+    check = ("import sys; sys.path[:0] = [sys.argv[1]]; import harness.grading.worker, harness.student_run.probes; "
+             "outside = [n for n, m in sys.modules.items() if n.split('.')[0] == 'harness' "
+             "and not (getattr(m, '__file__', None) or sys.argv[1]).startswith(sys.argv[1])]; "
+             "print(outside); sys.exit(1 if outside else 0)")
+    done = subprocess.run([sys.executable, "-I", "-c", check, str(lib)], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]

@@ -16,6 +16,6 @@ worker     imports the submission and answers calls; sees one call's arguments, 
 Between them:
 wire       the message format: JSON + safetensors, never pickle
 
-The worker imports nothing else of the harness but paths and probes (sandbox.WORKER_MODULES):
+The worker imports nothing else of the harness but paths, torch_imports and probes (sandbox.WORKER_MODULES):
 this file must stay free of imports.
 """

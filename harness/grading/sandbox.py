@@ -38,8 +38,8 @@ from pathlib import Path
 
 HARNESS = Path(__file__).resolve().parent.parent
 # All the harness the worker gets (harness/grading/worker.py says why these alone).
-WORKER_MODULES = ("__init__.py", "paths.py", "student_run/__init__.py", "student_run/probes.py", "grading/__init__.py",
-                  "grading/wire.py", "grading/worker.py")
+WORKER_MODULES = ("__init__.py", "paths.py", "torch_imports.py", "student_run/__init__.py", "student_run/probes.py",
+                  "grading/__init__.py", "grading/wire.py", "grading/worker.py")
 BASE_UID = 61000  # one uid per parallel grading slot, so slots cannot signal or starve each other
 UID_BLOCK = 16    # slots (uids) per grader: `harness grade` claims a free block, so graders run side by side
 UID_BLOCKS = 64

@@ -13,8 +13,8 @@ expected values, fixture files or case metadata: only the arguments of one call.
             result (vector-Jacobian product), a method of a module it returned, or a
             probe (allocation size, meta device) run over one of those.
 
-Only harness.paths, harness.grading.wire and harness.student_run.probes are importable here; they are
-copied into the sandbox on their own, without the rest of the harness.
+Only harness.paths, harness.torch_imports, harness.grading.wire and harness.student_run.probes are
+importable here; they are copied into the sandbox on their own, without the rest of the harness.
 """
 
 import ctypes
