@@ -59,6 +59,7 @@ ATTACKS = {
     "slow_drip": ("stubs", "slow_drip.py"),
     "malformed_reply": ("stubs", "malformed_reply.py"),
     "reads_machine": ("stubs", "reads_machine.py"),
+    "locks_shared_files": ("stubs", "locks_shared_files.py"),
 }
 KEYRING_SECRET = "keyring-secret-6061"
 # Attacks on the machine's resources: each runs beside honest work, which must keep full marks.

@@ -275,6 +275,16 @@ def test_machine_wide_counters_read_empty_and_open_files_are_bounded(graded):
     assert hard <= NOFILE and PIDS * NOFILE < int(Path("/proc/sys/fs/file-max").read_text()) // 4, said
 
 
+@requires_bwrap
+def test_no_file_lock_or_file_watch_reaches_a_neighbour(graded):
+    """Locks are machine-wide and work on the read-only files every sandbox shares (torch's own): a
+    submission locking them in its hidden phase told its neighbour 64 bits of a hidden input, through
+    bubblewrap's namespaces. The seccomp filter denies every lock and watch it tried."""
+    said = next(t["output"] for t in _results_json(graded, "locks_shared_files")["tests"] if "LOCKS" in t["output"])
+    tried = dict(item.split(":") for item in re.search(r"LOCKS ([\w: ]+)", said).group(1).split())
+    assert len(tried) == 8 and "WORKED" not in tried.values(), tried
+
+
 @pytest.mark.parametrize("name", RESOURCE_ATTACKS)
 def test_an_attack_on_the_machine_costs_only_its_own_submission(graded, name):
     """A disk fill, a 3,000-deep folder, 60 processes of 50 MB, 200 spinning processes and a reply

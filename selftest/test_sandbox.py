@@ -1,5 +1,5 @@
 """The sandbox's parts that need no grading run: cleanup that survives any tree, leftovers of
-dead drivers, and the report of a call stopped by the wall-clock backstop."""
+dead drivers, the report of a call stopped by the wall-clock backstop, and the seccomp filter."""
 
 import os
 import socket
@@ -151,3 +151,63 @@ def test_the_workers_harness_modules_import_on_their_own(tmp_path):
              "print(outside); sys.exit(1 if outside else 0)")
     done = subprocess.run([sys.executable, "-I", "-c", check, str(lib)], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+
+
+LOCKS_CHECK = """
+import ctypes, errno, fcntl, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open(sys.argv[1], os.O_RDONLY)  # a file every sandbox reads: torch's own, read-only
+denied = []
+def tries(name, call):
+    try:
+        call()
+    except OSError as e:
+        denied.append(name)
+tries("flock", lambda: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB))
+lock = struct.pack("hhqqi", fcntl.F_RDLCK, 0, 0, 1, 0)
+for name, command in [("F_SETLK", fcntl.F_SETLK), ("F_SETLKW", fcntl.F_SETLKW), ("F_GETLK", fcntl.F_GETLK),
+                      ("F_OFD_SETLK", 37), ("F_OFD_SETLKW", 38), ("F_OFD_GETLK", 36)]:
+    tries(name, lambda: fcntl.fcntl(fd, command, lock))
+folder = os.open(os.path.dirname(sys.argv[1]), os.O_RDONLY)  # dnotify: DN_ACCESS | DN_MULTISHOT on its folder
+tries("F_NOTIFY", lambda: fcntl.fcntl(folder, 1026, 0x80000001))
+def inotify():
+    watcher = libc.inotify_init1(0)
+    if watcher < 0 or libc.inotify_add_watch(watcher, sys.argv[1].encode(), 1) < 0:  # IN_ACCESS
+        raise OSError(ctypes.get_errno(), "inotify")
+tries("inotify", inotify)
+os.set_blocking(fd, False)  # F_GETFL/F_SETFL, and F_GETFD/F_SETFD below, stay allowed: Python needs them
+os.set_inheritable(fd, True)
+print(" ".join(denied))
+"""
+
+
+def test_the_seccomp_filter_denies_file_locks_and_file_watches():
+    """flock and fcntl locks work on read-only files and are machine-wide: a sandbox locking torch's
+    own files in its hidden phase told a neighbour 64 bits of a hidden input (inotify on the same
+    files would see a neighbour's reads). Under the filter each fails; without it, each works."""
+    import torch
+    from harness.grading.sandbox import SeccompLoader
+    shared = torch.__file__
+    every = "flock F_SETLK F_SETLKW F_GETLK F_OFD_SETLK F_OFD_SETLKW F_OFD_GETLK F_NOTIFY inotify"
+    denied = subprocess.run([sys.executable, "-I", "-c", LOCKS_CHECK, shared], preexec_fn=SeccompLoader().load,
+                            capture_output=True, text=True)
+    assert denied.returncode == 0 and denied.stdout.split() == every.split(), denied.stdout + denied.stderr
+    allowed = subprocess.run([sys.executable, "-I", "-c", LOCKS_CHECK, shared], capture_output=True, text=True)
+    assert allowed.returncode == 0 and allowed.stdout.split() == [], allowed.stdout + allowed.stderr
+
+
+def test_torch_and_numpy_work_under_the_seccomp_filter():
+    """What the filter denies, the worker's own stack does not need: torch and numpy import and compute
+    (a gradient, a matmul, a save and load through a file), threads start, and files open."""
+    from harness.grading.sandbox import SeccompLoader
+    work = ("import io, tempfile, threading, numpy, torch; x = torch.randn(64, 64, requires_grad=True); "
+            "(x @ x).tanh().sum().backward(); assert x.grad.isfinite().all(); "
+            "a = numpy.random.default_rng(0).normal(size=(32, 32)); assert numpy.isfinite(a @ a).all(); "
+            "buffer = io.BytesIO(); torch.save({'x': x.detach()}, buffer); buffer.seek(0); "
+            "assert torch.equal(torch.load(buffer)['x'], x.detach()); "
+            "f = tempfile.NamedTemporaryFile(); numpy.save(f, a); f.flush(); "
+            "t = threading.Thread(target=lambda: torch.ones(3).sum()); t.start(); t.join(); print('ok')")
+    done = subprocess.run([sys.executable, "-I", "-c", work], preexec_fn=SeccompLoader().load, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+

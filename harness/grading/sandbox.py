@@ -102,7 +102,7 @@ class Protections:
             off += ["filesystem allow-list", "no network", f"PID namespace ({why})"]
         if self.seccomp:
             on.append("seccomp (no kernel keyring, no System V or POSIX-queue IPC, no sysinfo, no internet "
-                      "sockets, no page-cache probes, no user namespaces)")
+                      "sockets, no page-cache probes, no file locks or file watches, no user namespaces)")
         else:
             off.append("seccomp filter (needs x86_64 or aarch64, and prctl allowed)")
         if self.uid_drop:
@@ -562,14 +562,18 @@ _SYSCALLS = {  # audit arch, and the syscall numbers the filter needs
                             "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65,
                             "semctl": 66, "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70,
                             "msgctl": 71, "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242,
-                            "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245}),
+                            "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245, "flock": 73,
+                            "fcntl": 72, "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254,
+                            "fanotify_init": 300, "fanotify_mark": 301}),
     "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219, "unshare": 97,
                              "sysinfo": 179, "clone": 220, "clone3": 435, "socket": 198, "preadv2": 286,
                              "pwritev2": 287, "io_uring_setup": 425, "cachestat": 451,
                              "shmget": 194, "shmat": 196, "shmctl": 195, "shmdt": 197, "semget": 190,
                              "semop": 193, "semctl": 191, "semtimedop": 192, "msgget": 186, "msgsnd": 189,
                              "msgrcv": 188, "msgctl": 187, "mq_open": 180, "mq_unlink": 181, "mq_timedsend": 182,
-                             "mq_timedreceive": 183, "mq_notify": 184, "mq_getsetattr": 185}),
+                             "mq_timedreceive": 183, "mq_notify": 184, "mq_getsetattr": 185, "flock": 32,
+                             "fcntl": 25, "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262,
+                             "fanotify_mark": 263}),  # no inotify_init here: inotify_init1 only
 }
 # System V IPC and POSIX message queues outlive their process and are shared by a uid (without an IPC
 # namespace, a later submission under the same uid read a hidden input left in a message queue).
@@ -580,8 +584,15 @@ DENIED = ("add_key", "request_key", "keyctl", "unshare", "sysinfo", *IPC)  # EPE
 # filter can read); preadv2/pwritev2 (RWF_NOWAIT tells whether a page is cached: a store that
 # outlives the submission; the C library falls back to preadv without flags); io_uring (its
 # operations pass no filter); cachestat (the page cache again).
-UNSUPPORTED = ("clone3", "preadv2", "pwritev2", "io_uring_setup", "cachestat")
+# inotify and fanotify too: a watch on a file every sandbox reads (torch's own) sees a neighbour's reads.
+UNSUPPORTED = ("clone3", "preadv2", "pwritev2", "io_uring_setup", "cachestat", "inotify_init", "inotify_init1",
+               "inotify_add_watch", "fanotify_init", "fanotify_mark")
 NO_SOCKETS = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET: no network, even without a network namespace
+# File locks are machine-wide and work on read-only files: a sandbox that locked torch's own files
+# while it ran hidden cases told a neighbour 64 bits of a hidden input. flock, and fcntl's lock, lease
+# and dnotify commands (F_GETLK, F_SETLK, F_SETLKW, their 64-bit and OFD forms, F_SETLEASE,
+# F_GETLEASE, F_NOTIFY), fail with ENOLCK, as where a file system keeps no locks.
+LOCK_COMMANDS = (5, 6, 7, 12, 13, 14, 36, 37, 38, 1024, 1025, 1026)
 
 
 def seccomp_filter() -> bytes:
@@ -589,23 +600,36 @@ def seccomp_filter() -> bytes:
     kernel keyring (the one store that outlives every process and is shared by a uid), sysinfo
     (its process count and free memory are the whole machine's: a channel between neighbours),
     internet and packet sockets (no network, with or without a network namespace) and new user
-    namespaces (unshare, clone with CLONE_NEWUSER) fail with EPERM; UNSUPPORTED fails with
-    ENOSYS; a foreign ABI (i386, x32) gets EPERM for everything."""
+    namespaces (unshare, clone with CLONE_NEWUSER) fail with EPERM; file locks (flock, fcntl's
+    LOCK_COMMANDS) with ENOLCK; UNSUPPORTED with ENOSYS; a foreign ABI (i386, x32) gets EPERM for
+    everything."""
     arch, nr = _SYSCALLS[platform.machine()]
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
+    enolck = 0x00050000 | errno.ENOLCK
     load, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     program = [(load, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, eperm),
                (load, 0, 0, 0), (jge, 0, 1, 0x40000000), (ret, 0, 0, eperm)]
     for name in DENIED:
         program += [(jeq, 0, 1, nr[name]), (ret, 0, 0, eperm)]
     for name in UNSUPPORTED:
-        program += [(jeq, 0, 1, nr[name]), (ret, 0, 0, enosys)]
-    program += [(jeq, 0, 1 + len(NO_SOCKETS) + 2, nr["socket"]), (load, 0, 0, 16)]  # its domain
-    program += [(jeq, len(NO_SOCKETS) - 1 - i, 0, family) for i, family in enumerate(NO_SOCKETS[:-1])]
-    program += [(jeq, 0, 1, NO_SOCKETS[-1]), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
+        if name in nr:  # aarch64 has no inotify_init
+            program += [(jeq, 0, 1, nr[name]), (ret, 0, 0, enosys)]
+    program += [(jeq, 0, 1, nr["flock"]), (ret, 0, 0, enolck)]
+    program += _one_of(nr["socket"], 16, NO_SOCKETS, eperm)  # the socket's domain
+    program += _one_of(nr["fcntl"], 24, LOCK_COMMANDS, enolck)  # fcntl's command (its low 32 bits, as the kernel reads it)
     program += [(jeq, 1, 0, nr["clone"]), (ret, 0, 0, allow),
                 (load, 0, 0, 16), (jset, 0, 1, 0x10000000), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
     return b"".join(struct.pack("=HBBI", *op) for op in program)
+
+
+def _one_of(call: int, offset: int, values: tuple[int, ...], refused: int) -> list[tuple]:
+    """BPF: for syscall `call`, `refused` when the 32-bit argument at `offset` (16: the first, 24:
+    the second) is one of `values`, else allowed; any other syscall goes on past these lines."""
+    load, jeq, ret, allow = 0x20, 0x15, 0x06, 0x7FFF0000
+    n = len(values)
+    return ([(jeq, 0, n + 3, call), (load, 0, 0, offset)]
+            + [(jeq, n - 1 - i, 0, value) for i, value in enumerate(values[:-1])]
+            + [(jeq, 0, 1, values[-1]), (ret, 0, 0, refused), (ret, 0, 0, allow)])
 
 
 def _seccomp_works(bwrap: str | None) -> bool:
