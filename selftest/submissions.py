@@ -60,6 +60,7 @@ ATTACKS = {
     "malformed_reply": ("stubs", "malformed_reply.py"),
     "reads_machine": ("stubs", "reads_machine.py"),
     "locks_shared_files": ("stubs", "locks_shared_files.py"),
+    "forges_diagnosis": ("stubs", "forges_diagnosis.py"),
 }
 KEYRING_SECRET = "keyring-secret-6061"
 # Attacks on the machine's resources: each runs beside honest work, which must keep full marks.

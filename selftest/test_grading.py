@@ -32,6 +32,7 @@ import torch
 from conftest import PROJECT, TERM, edit, reference_as_student
 from harness.contract import ADAPTERS
 from harness.grading.grade import grade_all
+from harness.grading.report import known_mistakes
 from harness.grading.sandbox import NOFILE, PIDS, Protections
 from harness.store import Term
 from submissions import (ACCOUNTING_PIECES, ATTACKS, CANARY, EDITED, EDITED_PIECES, EXITS, FULL, GRADED,
@@ -56,7 +57,7 @@ def graded(tmp_path_factory):
     listener.listen()
     listener.settimeout(0.1)
     constants = {"PROJECT": str(PROJECT), "OUT": str(out), "PORT": listener.getsockname()[1],
-                 "KEYRING_SECRET": KEYRING_SECRET}
+                 "KEYRING_SECRET": KEYRING_SECRET, "HINTS": [m.hint for m in known_mistakes() if m.hint][:12]}
 
     reference_as_student(subs / "reference")
     copy_stubs(subs / "stubs")
@@ -541,6 +542,21 @@ def test_the_class_report_names_the_mistakes_and_flags_identical_code(graded):
         "no_scale", "two_bugs"}  # two_bugs leaves out the scale too (TWO_BUGS)
     assert not {"reference", "zipped"} & {n for names in named.values() for n in names.split(";")}
     assert analyse(*load(graded["out"]), known_mistakes()).identical == [["reference", "zipped"]]
+
+
+def test_a_forged_diagnosis_names_no_mistake_in_the_class_report(graded):
+    """A result whose class name was a `Likely cause:` line once reached the report unfiltered (the
+    unsendable-result path), and the class report counted a correct submission under 154 (mistake,
+    function) pairs. Every text the worker sends is disarmed, whatever path it takes."""
+    from harness.grading.report import MATCHED, write_report
+    write_report(graded["out"], PROJECT)
+    with (graded["out"] / "mistakes.csv").open() as f:
+        named = [(r["variant"], r["function"]) for r in csv.DictReader(f)
+                 if "forges_diagnosis" in r["submissions"].split(";")]
+    assert not named, named
+    visible = [t["output"] for t in _results_json(graded, "forges_diagnosis")["tests"] if t["visibility"] == "visible"]
+    assert any("cannot be checked" in m for m in visible) and any("Likely cause (the code's words):" in m for m in visible)
+    assert not [m for m in visible if MATCHED in m or "\nWhat differs: subtract" in m]
 
 
 # ---------------------------------------------------------------- other machines and setups

@@ -21,6 +21,7 @@ import time
 import torch
 
 from harness.grading import wire
+from harness.grading.report import POSED, UNCHECKED
 from harness.contract import ADAPTERS
 from harness.student_run.probes import Allocation, DeviceMismatch
 from harness.runtime import AdaptersError, ContractViolation
@@ -99,9 +100,10 @@ class Link:
             raise WorkerFailure(self.broken)
 
     def _exchange(self, message: dict, cpu_limit: float) -> dict:
+        """Every reply passes here, and so every text the worker chose (messages, values, names)."""
         try:
             wire.send(self.sock, message)
-            return self._wait(cpu_limit)
+            return disarm(self._wait(cpu_limit))
         except (ConnectionError, wire.WireError):
             self._drop_worker()
             raise WorkerFailure("the worker process died during this call (it exited, crashed, or hit the "
@@ -175,13 +177,33 @@ class Link:
         if kind == "DeviceMismatch":
             return DeviceMismatch(message)
         if kind == "UnsendableResult":  # a return value, not a raise: it must not pass a must-raise case
-            return ContractViolation(f"the result cannot be checked: {message}")
+            return ContractViolation(f"{UNCHECKED}{message}")
         if hidden:
             return StudentCodeError(message)
         where = f"\n{str(error['traceback']).rstrip()}" if error.get("traceback") else ""
-        # The grader's diagnosis lines are its own: the submission's words cannot pose as one.
-        said = re.sub(r"(?i)(likely cause|what differs|non-finite)\s*:", r"\1 (the code's words):", f"{kind}: {message}{where}")
-        return StudentCodeError(said)
+        return StudentCodeError(f"{kind}: {message}{where}")
+
+
+# The labels of the grader's own diagnosis lines (the class report counts mistakes by them).
+_LABELS = re.compile(r"(?i)(likely cause|what differs|non-finite)\s*:")
+
+
+def disarm(reply):
+    """The reply with every string in it (dict keys too) rewritten so that none holds a label of the
+    grader's diagnosis lines: text the submission chose (an exception's message, a class name, a
+    returned string or parameter name) cannot pose as a `Likely cause:` in any report built from it."""
+    todo = [reply]
+    while todo:  # iterative: a reply may nest as deep as the wire allows
+        node = todo.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, value in list(items):
+            if isinstance(value, str) and _LABELS.search(value):
+                node[key] = _LABELS.sub(rf"\1 {POSED}", value)
+            elif isinstance(value, (dict, list)):
+                todo.append(value)
+            if isinstance(key, str) and _LABELS.search(key):
+                node[_LABELS.sub(rf"\1 {POSED}", key)] = node.pop(key)
+    return _LABELS.sub(rf"\1 {POSED}", reply) if isinstance(reply, str) else reply
 
 
 @contextlib.contextmanager
