@@ -65,11 +65,17 @@ def tree():
 
 
 def grade(tree, make) -> tuple[dict, str]:
-    """One submission through run_autograder, as Gradescope runs it: results.json and stdout."""
+    """One submission through run_autograder, as Gradescope runs it: results.json and stdout. Beside
+    source/ lies Gradescope's submission_metadata.json, readable by everyone (umask 022), with an
+    earlier submission's results in it."""
     autograder = tree["autograder"]
     for folder in ("submission", "results"):
         shutil.rmtree(autograder / folder, ignore_errors=True)
     make(autograder / "submission")
+    metadata = autograder / "submission_metadata.json"
+    metadata.write_text(json.dumps({"previous_submissions": [{"results": {"tests": [{"name": "hidden verdict"}]}}]}))
+    os.chmod(metadata, 0o644)
+    os.chmod(autograder, 0o755)  # as Gradescope makes it; run_autograder closes it
     done = subprocess.run(["bash", str(autograder / "source" / "run_autograder")], cwd=autograder, env=tree["env"],
                           capture_output=True, text=True, timeout=600)
     results = autograder / "results" / "results.json"
@@ -124,7 +130,7 @@ def test_the_submissions_code_reads_nothing_of_the_grader(tree):
     probe = next((t["output"] for t in results["tests"] if "PROBE" in t["output"]), said[-3000:])
     uid = int(re.search(r"PROBE uid=(\d+)", probe).group(1))
     assert uid >= BASE_UID and uid not in WORKER_UIDS, probe  # unprivileged, never root, a block at random
-    for what in ("source", "hidden", "listing", "results", "write"):
+    for what in ("source", "hidden", "listing", "results", "write", "metadata", "autograder"):
         assert f"{what}:denied" in probe, probe
     assert "LEAKED" not in probe and "installed:" not in probe, probe
 

@@ -77,7 +77,7 @@ class Protections:
                                     capture_output=True).returncode != 0:
             bwrap = None  # installed but unusable here (no user namespaces, seccomp)
         # Without bwrap's mounts, another uid must be able to reach Python and its packages itself.
-        uid_drop = os.geteuid() == 0 and (bwrap is not None or _readable_by_others(_system_paths()))
+        uid_drop = os.geteuid() == 0 and (bwrap is not None or _readable_by_others(system_paths()))
         return cls(bwrap, uid_drop, _seccomp_works(bwrap), Cgroup.detect())
 
     @property
@@ -311,7 +311,7 @@ class Sandbox:
                 args += ["--ro-bind", str(self.empty), f"/proc/{name}"]
         if filter_fd is not None:
             args += ["--seccomp", str(filter_fd)]
-        for path in _system_paths():
+        for path in system_paths():
             args += _mount(path, path)
         for packages in site.getsitepackages():  # an installed harness holds the catalogue: hide it
             if (Path(packages) / "harness").is_dir():
@@ -651,7 +651,7 @@ def _seccomp_works(bwrap: str | None) -> bool:
     os.close(write)
     try:
         args = [bwrap, "--seccomp", str(read)]
-        for path in _system_paths():
+        for path in system_paths():
             args += _mount(path, path)
         return subprocess.run([*args, sys.executable, "-I", "-c", check], pass_fds=[read],
                               capture_output=True).returncode == 0
@@ -681,7 +681,7 @@ class SeccompLoader:
             raise OSError(c.get_errno(), "prctl(PR_SET_SECCOMP) failed")
 
 
-def _system_paths() -> list[Path]:
+def system_paths() -> list[Path]:
     """What Python needs, read-only: system libraries, the interpreter, its packages."""
     paths = [Path(p) for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc/ld.so.cache",
                                "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime")]
