@@ -165,3 +165,67 @@ def test_without_bubblewrap_or_a_uid_of_its_own_the_code_is_not_run(tmp_path):
     assert json.loads((autograder / "results" / "results.json").read_text()) == results
     assert not marker.exists()
     assert (autograder / "results").stat().st_mode & 0o077 == 0
+
+
+# ---------------------------------------------------------------- local grading without bubblewrap
+
+@pytest.fixture(scope="module")
+def project(tree):
+    """What grading reads of the project, and the reference beside it, copied where every user may read
+    them (as a checkout is, by git's modes and a default umask), outside the setup's venv."""
+    copy = tree["root"] / "project"
+    for part in ("harness", "tests", f"fixtures/{TERM}", "reference"):
+        shutil.copytree(PROJECT / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(PROJECT / "pyproject.toml", copy / "pyproject.toml")
+    for path in [copy, *copy.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    return copy
+
+
+def test_without_bubblewrap_a_project_others_can_read_is_refused(tree, project, tmp_path):
+    """As root, with bubblewrap failing and a Python every uid can reach (the refusal's own advice once
+    led here, a venv in the checkout), the worker's uid read reference/, the hidden cases and the grading
+    seed, and scored 123. The grader refuses, naming what is readable and the command that closes it."""
+    copy_stubs(tmp_path / "stubs")
+    done = subprocess.run([str(tree["root"] / "venv" / "bin" / "python"), "-m", "harness", "grade", str(tmp_path / "stubs"),
+                           "--out", str(tmp_path / "out"), "--term", TERM], cwd=project, env=tree["env"],
+                          capture_output=True, text=True, timeout=600)
+    said = done.stderr
+    assert done.returncode == 2 and "can read" in said and f"chmod o= {project}" in said, said[-3000:]
+    assert "reference/" in said and f"fixtures/{TERM}/hidden/" in said, said[-3000:]
+    assert not (tmp_path / "out").exists()
+
+
+def test_without_bubblewrap_a_closed_project_grades_and_reads_nothing(tree, project, tmp_path):
+    """The project closed as the refusal says (its venv outside it), cgroups off: a submission that looks
+    for the project reads nothing of it and scores 0; a file another submission left in /run/lock, or
+    anywhere else other users may write to, is gone before the next one runs under the same uid."""
+    mark = f"{os.getpid()}-{time.monotonic_ns()}"
+    constants = {"PROJECT": str(project), "TERM": TERM, "MARK": mark}
+    subs = [with_attack(tmp_path / name, "stubs", f"{name}.py", constants)
+            for name in ("reads_project", "leaves_files", "finds_files")]
+    os.chmod(project, 0o700)
+    script = ("import sys; from dataclasses import replace; from pathlib import Path; "
+              "from harness.grading.grade import grade_all; from harness.grading.sandbox import Protections; "
+              "plain = replace(Protections.detect(), cgroup=None); print(plain.describe()); "
+              "[print('SCORE', g.name, g.score, g.status) for g in grade_all(Path.cwd(), [Path(p) for p in sys.argv[3:]], "
+              "sys.argv[1], Path(sys.argv[2]), jobs=1, case_timeout=10, protections=plain)]")
+    try:
+        done = subprocess.run([str(tree["root"] / "venv" / "bin" / "python"), "-c", script, TERM, str(tmp_path / "out"),
+                               *map(str, subs)], cwd=project, env=tree["env"], capture_output=True, text=True, timeout=900)
+    finally:
+        os.chmod(project, 0o755)
+        left = [p for folder in ("/*", "/*/*", "/*/*/*") for p in Path("/").glob(f"{folder[1:]}/harness-left-{mark}")]
+        for path in left:
+            path.unlink(missing_ok=True)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0 and "OFF: per-submission cgroup" in said and "filesystem allow-list" in said, said[-3000:]
+    scores = dict(re.findall(r"^SCORE (\w+) ([\d.]+) ok$", done.stdout, re.M))
+    assert scores == {"reads_project": "0.0", "leaves_files": "0.0", "finds_files": "0.0"}, said[-3000:]
+    outputs = {name: "".join(t["output"] for t in json.loads((tmp_path / "out" / name / "results.json").read_text())["tests"])
+               + (tmp_path / "out" / name / "output.txt").read_text() for name in scores}
+    reads = re.search(r"READS (.*)", outputs["reads_project"]).group(1)
+    assert "LEAKED" not in reads and all(f"{what}:denied" in reads for what in ("hidden", "listing", "reference")), reads
+    assert "/run/lock" in outputs["leaves_files"], outputs["leaves_files"][-2000:]  # it did leave one there
+    assert "FOUND []" in outputs["finds_files"], outputs["finds_files"][-2000:]
+    assert not left, left

@@ -33,7 +33,7 @@ from conftest import PROJECT, TERM, edit, reference_as_student
 from harness.contract import ADAPTERS
 from harness.grading.grade import grade_all
 from harness.grading.report import known_mistakes
-from harness.grading.sandbox import NOFILE, PIDS, Protections
+from harness.grading.sandbox import NOFILE, PIDS, Protections, readable_by_workers
 from harness.store import Term
 from submissions import (ACCOUNTING_PIECES, ATTACKS, CANARY, EDITED, EDITED_PIECES, EXITS, FULL, GRADED,
                          KEYRING_SECRET, LOOKUPS, OWNER, PROBE_MISTAKES, RESOURCE_ATTACKS, TWO_BUGS, bad_archives,
@@ -605,6 +605,10 @@ def test_without_bubblewrap_the_worker_still_runs_apart_and_limited(tmp_path, re
             grade_all(PROJECT, [exits], TERM, tmp_path / "out", jobs=1, case_timeout=5, protections=plain)
         assert "uid drop" in plain.describe().split("OFF:")[1]
         return  # the uid drop itself is graded in selftest/test_gradescope.py, from a system Python's venv
+    if plain.uid_drop and readable_by_workers(PROJECT, [exits]):  # the worker's uid could read this checkout
+        with pytest.raises(BadSetup, match="can read"):
+            grade_all(PROJECT, [exits], TERM, tmp_path / "out", jobs=1, case_timeout=5, protections=plain)
+        return  # a closed project is graded in selftest/test_gradescope.py
     [result] = grade_all(PROJECT, [exits], TERM, tmp_path / "out", jobs=1, case_timeout=5, protections=plain)
     scores = points_per_function(result)
     assert result.status == "ok" and 0 < result.score < FULL and not survivors()

@@ -1,10 +1,13 @@
 """The sandbox's parts that need no grading run: cleanup that survives any tree, leftovers of
-dead drivers, the report of a call stopped by the wall-clock backstop, and the seccomp filter."""
+dead drivers, the report of a call stopped by the wall-clock backstop, the seccomp filter, and,
+without bubblewrap, what a worker's uid could read or leave behind."""
 
 import os
+import re
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -211,3 +214,94 @@ def test_torch_and_numpy_work_under_the_seccomp_filter():
                           text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
+
+@pytest.fixture
+def open_folder():
+    """A folder every user may enter (pytest's own tmp_path lies in a folder only its user may)."""
+    folder = Path(tempfile.mkdtemp(prefix="harness-selftest-", dir="/var/tmp" if os.access("/var/tmp", os.W_OK) else None))
+    os.chmod(folder, 0o755)
+    yield folder
+    remove_tree(folder)
+
+
+def _project(root: Path) -> Path:
+    for name in ("reference/adapters.py", "fixtures/T/hidden/manifest.json", "fixtures/T/run_x.safetensors",
+                 "harness/term/catalogue.py", "pyproject.toml", ".venv/bin/python"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("x")
+    for path in [root, *root.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)  # as git and a default umask leave a checkout
+    return root
+
+
+def test_without_bubblewrap_the_grader_names_what_a_worker_uid_could_read(open_folder):
+    """A worker under a uid of its own read the reference, the hidden cases and the grading seed of a
+    checkout anyone may read (123 points). What such a uid can read is found, and the refusal names it
+    with the command that closes it; the way to a venv inside the project stays open, and a folder
+    others cannot enter closes everything below it."""
+    from harness.grading.grade import BadSetup, refuse_readable
+    from harness.grading.sandbox import exposed, readable_by_workers
+    project = _project(open_folder / "project")
+    assert readable_by_workers(project) == [project]
+    with pytest.raises(BadSetup, match=r"(?s)can read 1 .*reference/, fixtures/T/hidden/, harness/term/ among them"
+                                       rf".*chmod o= {re.escape(str(project))}\n"):
+        refuse_readable(project)
+    venv = project / ".venv"
+    assert exposed(project, [venv]) == [project / name for name in ("fixtures", "harness", "pyproject.toml", "reference")]
+    os.chmod(project / "fixtures", 0o750)  # others cannot enter it: nothing below it is readable
+    os.chmod(project / "harness" / "term", 0o700)  # all harness/ holds
+    os.chmod(project / "reference" / "adapters.py", 0o640)  # all reference/ holds
+    assert exposed(project, [venv]) == [project / "pyproject.toml"] and exposed(project / "reference") == []
+    os.chmod(project / "pyproject.toml", 0o640)
+    assert exposed(project, [venv]) == []
+    os.chmod(project, 0o700)
+    assert readable_by_workers(project) == []
+    refuse_readable(project)  # closed: no refusal
+
+
+def test_without_bubblewrap_a_worktrees_git_folders_count_too(open_folder):
+    """A worktree's .git is a file: its history lies in the main repository's git folder, outside it."""
+    from harness.grading.sandbox import readable_by_workers
+    common = open_folder / "main" / ".git"
+    (common / "worktrees" / "wt").mkdir(parents=True)
+    (common / "objects").mkdir()
+    (common / "objects" / "pack").write_text("the reference, in history")
+    (common / "worktrees" / "wt" / "commondir").write_text("../..\n")
+    project = open_folder / "wt"
+    project.mkdir()
+    (project / ".git").write_text(f"gitdir: {common / 'worktrees' / 'wt'}\n")
+    for path in [open_folder, *open_folder.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    os.chmod(project, 0o700)
+    assert readable_by_workers(project) == [common / "worktrees" / "wt", common]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="files of another uid need root to make")
+def test_without_bubblewrap_what_a_worker_uid_leaves_anywhere_it_can_write_is_removed(open_folder):
+    """A hidden input left in /run/lock (the grader cleaned only /tmp, /var/tmp and /dev/shm) reached a
+    later batch. Every folder others may write to is found, and what the uid left in each is removed."""
+    from harness.grading.sandbox import remove_files_of, writable_folders
+    uid = 60999  # no worker uid: another grader's workers may run under those
+    nested = open_folder / "open"
+    nested.mkdir()
+    os.chmod(nested, 0o1777)
+    folders = writable_folders()
+    assert nested in folders and Path("/tmp") in folders and Path("/proc") not in folders
+    assert not [f for f in folders if str(f).startswith(("/proc/", "/sys/"))]
+    lock = Path("/run/lock")
+    places = [nested] + ([lock] if lock.is_dir() and lock in folders else [])
+    left = []
+    for place in places:
+        for name in (f"harness-selftest-{os.getpid()}", f"harness-selftest-{os.getpid()}-dir"):
+            path = place / name
+            path.mkdir() if name.endswith("-dir") else path.write_text("a hidden input")
+            os.chown(path, uid, uid)
+            left.append(path)
+    kept = nested / "kept"
+    kept.write_text("not the uid's")
+    try:
+        remove_files_of(uid, folders)
+        assert not [p for p in left if p.exists()] and kept.exists()
+    finally:
+        for path in left:
+            remove_tree(path)

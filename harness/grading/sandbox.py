@@ -121,8 +121,9 @@ class Sandbox:
     are final before the first hidden call."""
 
     def __init__(self, submission: Path, protections: Protections, slot: int, memory_mb: int,
-                 cpu_seconds: float):
+                 cpu_seconds: float, writable: list[Path] | None = None):
         self.protections, self.slot = protections, slot
+        self.writable = SHARED_TEMP if writable is None else writable  # without bubblewrap: cleaned after it
         # Named after the driver, so a grader can remove the sandboxes of drivers that died.
         self.root = Path(tempfile.mkdtemp(prefix=f"sandbox-{os.getpid()}-"))
         self.lib = self.root / "lib" / "harness"
@@ -239,7 +240,7 @@ class Sandbox:
         if self.uid is not None:
             kill_uid(self.uid)
             if not self.protections.bwrap:  # no private /tmp: what the uid left there would meet the next submission
-                remove_files_of(self.uid)
+                remove_files_of(self.uid, self.writable)
         if self.stdout is not None:
             self.pump(everything=True)  # every writer is dead: read up to the end
             if self.stdout is not None:
@@ -706,6 +707,80 @@ def _readable_by_others(paths: list[Path]) -> bool:
     return True
 
 
+def exposed(root: Path, keep: list[Path] = ()) -> list[Path]:
+    """What under `root` another uid can read, as the entries to close (`chmod o= ENTRY`), outermost
+    first: a file others may read, or a folder they may enter with such a file below it; [] where
+    nothing is (a folder on the way that others cannot enter closes everything below it). `keep`:
+    paths the worker must reach (its Python), left open with the folders on the way to them."""
+    root, keep = Path(os.path.realpath(root)), [Path(os.path.realpath(k)) for k in keep]
+    if any(not folder.stat().st_mode & 0o001 for folder in root.parents if folder.exists()):
+        return []
+    found, todo = [], [root]
+    while todo:
+        path = todo.pop()
+        try:
+            mode = path.lstat().st_mode
+        except OSError:
+            continue
+        if stat.S_ISREG(mode) and mode & 0o004:
+            found.append(path)
+        elif stat.S_ISDIR(mode) and mode & 0o001 and path not in keep:
+            if not any(k.is_relative_to(path) for k in keep):
+                found += [path] if _holds_readable(path) else []
+            else:
+                try:
+                    todo += sorted(path.iterdir(), reverse=True)
+                except OSError:
+                    continue
+    return found
+
+
+def readable_by_workers(project: Path, submissions: list[Path] = (), out: Path | None = None) -> list[Path]:
+    """What a worker's uid could read of the grader's without bubblewrap (a uid of its own keeps it from
+    root's files, not from what every user may read): the project (the reference, hidden cases and
+    grading seed, the catalogue), its git folders (their history holds the same), an installed copy of
+    the harness, the submissions and --out (earlier results). The way to the worker's own Python is
+    left open where the project holds it."""
+    keep = system_paths()
+    roots = [project, *_git_folders(project), *submissions, *([out] if out is not None and out.exists() else [])]
+    roots += [Path(p) / "harness" for p in site.getsitepackages() if (Path(p) / "harness").is_dir()]
+    found = []
+    for root in roots:
+        found += [p for p in exposed(root, keep) if p not in found]
+    return found
+
+
+def _git_folders(project: Path) -> list[Path]:
+    """The git folders of a worktree (or submodule) whose .git is a file: they lie outside it."""
+    dot = project / ".git"
+    try:
+        text = dot.read_text().strip() if dot.is_file() else ""
+    except OSError:
+        return []
+    if not text.startswith("gitdir:"):
+        return []
+    own = (project / text.removeprefix("gitdir:").strip()).resolve()
+    common = own / "commondir"
+    return [own] + ([(own / common.read_text().strip()).resolve()] if common.is_file() else [])
+
+
+def _holds_readable(folder: Path) -> bool:
+    """Whether another uid can read some file below `folder`, which it can enter."""
+    todo = [str(folder)]
+    while todo:
+        try:
+            with os.scandir(todo.pop()) as entries:
+                for entry in entries:
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                    if stat.S_ISREG(mode) and mode & 0o004:
+                        return True
+                    if stat.S_ISDIR(mode) and mode & 0o001:
+                        todo.append(entry.path)
+        except OSError:
+            continue
+    return False
+
+
 def _mount(source: Path, target: Path) -> list[str]:
     """A read-only bind, its parent folders traversable (bwrap makes them 0700 otherwise)."""
     args = []
@@ -763,12 +838,57 @@ def uid_processes(uids) -> list[int]:
     return found
 
 
+# Kernel file systems: no folder there takes a file (/dev/mqueue does, and is scanned).
+PSEUDO_FS = {"proc", "sysfs", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs", "bpf", "pstore", "configfs",
+             "fusectl", "binfmt_misc", "autofs", "efivarfs", "hugetlbfs", "devpts", "nsfs"}
+SCAN_LIMIT = 2_000_000  # folders: a scan that would go on longer stops grading without bubblewrap
+
+
+def writable_folders(root: Path = Path("/")) -> list[Path]:
+    """Every folder another uid can make files in: writable by others (sticky or not: /tmp, /var/tmp,
+    /dev/shm, /run/lock, ...) and reachable (every folder above it traversable by others). Without
+    bubblewrap a worker sees the host's file system, and what it leaves in any of these would meet
+    a later submission (a hidden input left in /run/lock reached a later batch). Scanned once per
+    grader: links are not followed, kernel file systems and folders others cannot enter are skipped."""
+    skip = set()
+    try:
+        for line in Path("/proc/self/mounts").read_text().splitlines():
+            fields = line.split()
+            if len(fields) > 2 and fields[2] in PSEUDO_FS:
+                skip.add(fields[1].replace("\\040", " "))
+    except OSError:
+        pass
+    found, todo, seen = [], [str(root)], 0
+    while todo:
+        folder = todo.pop()
+        seen += 1
+        if seen > SCAN_LIMIT:
+            raise OSError(errno.E2BIG, f"more than {SCAN_LIMIT:,} folders others can enter: the scan for folders "
+                                       "a worker could write to stopped")
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    try:
+                        if not entry.is_dir(follow_symlinks=False) or entry.path in skip:
+                            continue
+                        mode = entry.stat(follow_symlinks=False).st_mode
+                    except OSError:
+                        continue
+                    if mode & 0o001:  # others can enter it: what is inside is in reach
+                        if mode & 0o002:
+                            found.append(Path(entry.path))
+                        todo.append(entry.path)
+        except OSError:
+            continue
+    return sorted(found)
+
+
 SHARED_TEMP = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
 
 
 def remove_files_of(uid: int, folders=SHARED_TEMP) -> None:
-    """Remove what a worker uid left in the machine's shared temporary folders (its scratch folder
-    aside): the next submission under that uid must find nothing of this one's."""
+    """Remove what a worker uid left in the folders it could write to (its scratch folder aside;
+    `folders`: writable_folders()): the next submission under that uid must find nothing of this one's."""
     for folder in folders:
         try:
             entries = list(folder.iterdir())
