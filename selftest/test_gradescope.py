@@ -182,50 +182,62 @@ def project(tree):
     return copy
 
 
-def test_without_bubblewrap_a_project_others_can_read_is_refused(tree, project, tmp_path):
-    """As root, with bubblewrap failing and a Python every uid can reach (the refusal's own advice once
-    led here, a venv in the checkout), the worker's uid read reference/, the hidden cases and the grading
-    seed, and scored 123. The grader refuses, naming what is readable and the command that closes it."""
-    copy_stubs(tmp_path / "stubs")
-    done = subprocess.run([str(tree["root"] / "venv" / "bin" / "python"), "-m", "harness", "grade", str(tmp_path / "stubs"),
-                           "--out", str(tmp_path / "out"), "--term", TERM], cwd=project, env=tree["env"],
-                          capture_output=True, text=True, timeout=600)
-    said = done.stderr
-    assert done.returncode == 2 and "can read" in said and f"chmod o= {project}" in said, said[-3000:]
-    assert "reference/" in said and f"fixtures/{TERM}/hidden/" in said, said[-3000:]
-    assert not (tmp_path / "out").exists()
-
-
-def test_without_bubblewrap_a_closed_project_grades_and_reads_nothing(tree, project, tmp_path):
-    """The project closed as the refusal says (its venv outside it), cgroups off: a submission that looks
-    for the project reads nothing of it and scores 0; a file another submission left in /run/lock, or
-    anywhere else other users may write to, is gone before the next one runs under the same uid."""
+@pytest.fixture(scope="module")
+def local(tree, project, tmp_path_factory):
+    """Local grading from the setup's venv (a system Python every uid can reach), bubblewrap failing:
+    of the open project, through the command line; then of the project closed as the refusal says,
+    with cgroups off, three submissions in turn under one uid: one looks for the project, one leaves
+    a file wherever others may write, one looks for what it left."""
+    tmp = tmp_path_factory.mktemp("local")
+    python = str(tree["root"] / "venv" / "bin" / "python")
+    copy_stubs(tmp / "stubs")
+    refused = subprocess.run([python, "-m", "harness", "grade", str(tmp / "stubs"), "--out", str(tmp / "refused"),
+                              "--term", TERM], cwd=project, env=tree["env"], capture_output=True, text=True, timeout=600)
     mark = f"{os.getpid()}-{time.monotonic_ns()}"
     constants = {"PROJECT": str(project), "TERM": TERM, "MARK": mark}
-    subs = [with_attack(tmp_path / name, "stubs", f"{name}.py", constants)
+    subs = [with_attack(tmp / name, "stubs", f"{name}.py", constants)
             for name in ("reads_project", "leaves_files", "finds_files")]
-    os.chmod(project, 0o700)
     script = ("import sys; from dataclasses import replace; from pathlib import Path; "
               "from harness.grading.grade import grade_all; from harness.grading.sandbox import Protections; "
               "plain = replace(Protections.detect(), cgroup=None); print(plain.describe()); "
               "[print('SCORE', g.name, g.score, g.status) for g in grade_all(Path.cwd(), [Path(p) for p in sys.argv[3:]], "
               "sys.argv[1], Path(sys.argv[2]), jobs=1, case_timeout=10, protections=plain)]")
+    os.chmod(project, 0o700)
     try:
-        done = subprocess.run([str(tree["root"] / "venv" / "bin" / "python"), "-c", script, TERM, str(tmp_path / "out"),
-                               *map(str, subs)], cwd=project, env=tree["env"], capture_output=True, text=True, timeout=900)
+        graded = subprocess.run([python, "-c", script, TERM, str(tmp / "out"), *map(str, subs)], cwd=project,
+                                env=tree["env"], capture_output=True, text=True, timeout=900)
     finally:
         os.chmod(project, 0o755)
-        left = [p for folder in ("/*", "/*/*", "/*/*/*") for p in Path("/").glob(f"{folder[1:]}/harness-left-{mark}")]
+        left = [p for pattern in ("*", "*/*", "*/*/*") for p in Path("/").glob(f"{pattern}/harness-left-{mark}")]
         for path in left:
             path.unlink(missing_ok=True)
+    return {"refused": refused, "graded": graded, "out": tmp / "out", "left": left, "project": project,
+            "refused_out": tmp / "refused"}
+
+
+def test_without_bubblewrap_a_project_others_can_read_is_refused(local):
+    """As root, with bubblewrap failing and a Python every uid can reach (the refusal's own advice once
+    led here, a venv in the checkout), the worker's uid read reference/, the hidden cases and the grading
+    seed, and scored 123. The grader refuses, naming what is readable and the command that closes it."""
+    said, project = local["refused"].stderr, local["project"]
+    assert local["refused"].returncode == 2 and "can read" in said and f"chmod o= {project}" in said, said[-3000:]
+    assert "reference/" in said and f"fixtures/{TERM}/hidden/" in said, said[-3000:]
+    assert not local["refused_out"].exists()
+
+
+def test_without_bubblewrap_a_closed_project_grades_and_reads_nothing(local):
+    """The project closed as the refusal says (its venv outside it), cgroups off: a submission that looks
+    for the project reads nothing of it and scores 0; a file another submission left in /run/lock, or
+    anywhere else other users may write to, is gone before the next one runs under the same uid."""
+    done = local["graded"]
     said = done.stdout + done.stderr
     assert done.returncode == 0 and "OFF: per-submission cgroup" in said and "filesystem allow-list" in said, said[-3000:]
     scores = dict(re.findall(r"^SCORE (\w+) ([\d.]+) ok$", done.stdout, re.M))
     assert scores == {"reads_project": "0.0", "leaves_files": "0.0", "finds_files": "0.0"}, said[-3000:]
-    outputs = {name: "".join(t["output"] for t in json.loads((tmp_path / "out" / name / "results.json").read_text())["tests"])
-               + (tmp_path / "out" / name / "output.txt").read_text() for name in scores}
+    outputs = {name: "".join(t["output"] for t in json.loads((local["out"] / name / "results.json").read_text())["tests"])
+               + (local["out"] / name / "output.txt").read_text() for name in scores}
     reads = re.search(r"READS (.*)", outputs["reads_project"]).group(1)
     assert "LEAKED" not in reads and all(f"{what}:denied" in reads for what in ("hidden", "listing", "reference")), reads
     assert "/run/lock" in outputs["leaves_files"], outputs["leaves_files"][-2000:]  # it did leave one there
     assert "FOUND []" in outputs["finds_files"], outputs["finds_files"][-2000:]
-    assert not left, left
+    assert not local["left"], local["left"]
