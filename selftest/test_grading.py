@@ -36,9 +36,9 @@ from harness.grading.report import known_mistakes
 from harness.grading.sandbox import NOFILE, PIDS, Protections, readable_by_workers
 from harness.store import Term
 from submissions import (ACCOUNTING_PIECES, ATTACKS, CANARY, EDITED, EDITED_PIECES, EXITS, FULL, GRADED,
-                         KEYRING_SECRET, LOOKUPS, OWNER, PROBE_MISTAKES, RESOURCE_ATTACKS, TWO_BUGS, bad_archives,
-                         copy_stubs, hangs_and_exits, looks_up, points_per_function, survivors, with_attack,
-                         with_edits)
+                         KEYRING_SECRET, LOOKUPS, OWNER, PROBE_MISTAKES, RESOURCE_ATTACKS, STEPS_OUTSIDE_STATE,
+                         TWO_BUGS, bad_archives, copy_stubs, hangs_and_exits, looks_up, points_per_function,
+                         survivors, with_attack, with_edits)
 
 requires_bwrap = pytest.mark.skipif(not Protections.detect().confined, reason="bubblewrap is not usable here")
 
@@ -66,6 +66,7 @@ def graded(tmp_path_factory):
     for name, (start, attack) in ATTACKS.items():
         with_attack(subs / name, start, attack, constants)
     with_edits(subs / "two_bugs", TWO_BUGS)
+    with_attack(with_edits(subs / "skips_drills_over_a_bug", STEPS_OUTSIDE_STATE), "as is", "skips_drills.py", constants)
     for name, (start, fallback) in LOOKUPS.items():
         looks_up(subs / name, start, fallback, constants, TERM)
     with_edits(subs / "probe_mistakes", PROBE_MISTAKES)
@@ -542,6 +543,21 @@ def test_the_class_report_names_the_mistakes_and_flags_identical_code(graded):
         "no_scale", "two_bugs"}  # two_bugs leaves out the scale too (TWO_BUGS)
     assert not {"reference", "zipped"} & {n for names in named.values() for n in names.split(";")}
     assert analyse(*load(graded["out"]), known_mistakes()).identical == [["reference", "zipped"]]
+
+
+def test_a_rewritten_drill_earns_nothing(graded):
+    """A drill's glue checks the student's pieces, and students have it in their adapters.py: rewritten,
+    an AdamW drill that never resumes hid step counts kept outside the state_dict, and a checkpoint drill
+    that never checkpointed earned its points from the stubs (2 points each). In grading the contract's
+    own glue runs, and the checkpoint drill's state crosses between two workers as the checkpoint's bytes
+    alone: pieces that keep it in memory instead (which the glue's check cannot see in one process) earn
+    nothing either."""
+    for name in ("skips_drills", "skips_drills_over_a_bug"):
+        assert per_function(graded, name)["run_resume_training"] == 0, name
+    scores = per_function(graded, "skips_drills_over_a_bug")
+    assert scores["run_adamw_resumed"] < ADAPTERS["run_adamw_resumed"].points
+    drills = ("run_adamw_resumed", "run_resume_training")
+    assert all(scores[fn] == pytest.approx(a.points) for fn, a in GRADED.items() if fn not in drills), scores
 
 
 def test_a_forged_diagnosis_names_no_mistake_in_the_class_report(graded):

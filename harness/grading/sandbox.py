@@ -20,6 +20,7 @@ to grade without bubblewrap and the uid drop.
 """
 
 import errno
+import functools
 import os
 import platform
 import resource
@@ -112,6 +113,13 @@ class Protections:
         return "protections on: " + ", ".join(on) + ("; OFF: " + ", ".join(off) if off else "")
 
 
+@functools.cache
+def drills_source() -> str:
+    """The contract's drills, which the worker runs instead of the submission's (worker._function)."""
+    from harness.contract import render_drills
+    return render_drills("student")
+
+
 class Sandbox:
     """One submission's confined zygote. `fork()` gives a connected worker socket.
 
@@ -131,6 +139,7 @@ class Sandbox:
         (self.lib / "student_run").mkdir()
         for name in WORKER_MODULES:  # copyfile: readable by the worker even where the source is root-only
             shutil.copyfile(HARNESS / name, self.lib / name)
+        (self.lib / "grading" / "contract_drills.py").write_text(drills_source())
         os.chmod(self.root, 0o711)  # traversable to the worker's modules; its other files are not listed
         for folder in (self.lib.parent, self.lib, self.lib / "grading", self.lib / "student_run"):
             os.chmod(folder, 0o755)
