@@ -74,9 +74,20 @@ def zygote(control_fd: int, namespace: bool) -> None:
 def _warm_up() -> None:
     """What every worker would import on its first gradient (autograd.grad with a cotangent
     imports torch.fx's symbolic shapes and sympy: 0.3 s), imported once, before the first fork.
-    Tiny tensors, one thread (OMP_NUM_THREADS=1): no thread pool for a fork to inherit."""
+    Tiny tensors, one thread (OMP_NUM_THREADS=1): no thread pool for a fork to inherit. With them,
+    what every worker imports before a submission's code runs (the rendered adapters.py's imports,
+    the contract's drills): a fresh worker (a phase, a timeout, the checkpoint drill's second
+    half) then costs its fork and the submission's own files."""
     x = torch.ones(2, requires_grad=True)
     torch.autograd.grad(x * 2, [x], torch.ones(2))
+    from harness.grading import contract_drills  # noqa: F401  (no submission code: it imports student/ lazily)
+    from harness.torch_imports import optimizers_without_dynamo
+    optimizers_without_dynamo()
+    try:
+        import jaxtyping  # noqa: F401
+        import numpy.typing  # noqa: F401
+    except ImportError:  # not in this Python: a submission that needs them says so itself
+        pass
 
 
 def _become_worker() -> None:
