@@ -19,7 +19,7 @@ import pytest
 
 from conftest import PROJECT, TERM, reference_as_student
 from harness.grading.gradescope import REFUSED, build_zip, run
-from harness.grading.sandbox import BASE_UID, UID_BLOCK, UID_BLOCKS, Protections
+from harness.grading.sandbox import BASE_UID, UID_BLOCK, UID_BLOCKS, Protections, remove_tree
 from submissions import FULL, copy_stubs, with_attack
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").exists(),
@@ -187,32 +187,36 @@ def local(tree, project, tmp_path_factory):
     """Local grading from the setup's venv (a system Python every uid can reach), bubblewrap failing:
     of the open project, through the command line; then of the project closed as the refusal says,
     with cgroups off, three submissions in turn under one uid: one looks for the project, one leaves
-    a file wherever others may write, one looks for what it left."""
+    a file in a sticky folder anyone may write to, one looks for what it left. That grader scans this
+    tree alone for such folders and for copies of the answers: the host holds this checkout, at least."""
     tmp = tmp_path_factory.mktemp("local")
     python = str(tree["root"] / "venv" / "bin" / "python")
     copy_stubs(tmp / "stubs")
     refused = subprocess.run([python, "-m", "harness", "grade", str(tmp / "stubs"), "--out", str(tmp / "refused"),
                               "--term", TERM], cwd=project, env=tree["env"], capture_output=True, text=True, timeout=600)
-    mark = f"{os.getpid()}-{time.monotonic_ns()}"
-    constants = {"PROJECT": str(project), "TERM": TERM, "MARK": mark}
+    shared = tree["root"] / "lock"  # as /run/lock is
+    shared.mkdir(exist_ok=True)
+    os.chmod(shared, 0o1777)
+    constants = {"PROJECT": str(project), "TERM": TERM, "MARK": str(os.getpid()), "PLACES": [str(shared)]}
     subs = [with_attack(tmp / name, "stubs", f"{name}.py", constants)
             for name in ("reads_project", "leaves_files", "finds_files")]
     script = ("import sys; from dataclasses import replace; from pathlib import Path; "
-              "from harness.grading.grade import grade_all; from harness.grading.sandbox import Protections; "
-              "plain = replace(Protections.detect(), cgroup=None); print(plain.describe()); "
-              "[print('SCORE', g.name, g.score, g.status) for g in grade_all(Path.cwd(), [Path(p) for p in sys.argv[3:]], "
-              "sys.argv[1], Path(sys.argv[2]), jobs=1, case_timeout=10, protections=plain)]")
+              "from harness.grading import grade; from harness.grading.sandbox import Protections; "
+              "grade.SCAN_ROOT = Path(sys.argv[3]); plain = replace(Protections.detect(), cgroup=None); "
+              "print(plain.describe()); [print('SCORE', g.name, g.score, g.status) for g in grade.grade_all("
+              "Path.cwd(), [Path(p) for p in sys.argv[4:]], sys.argv[1], Path(sys.argv[2]), jobs=1, case_timeout=10, "
+              "protections=plain)]")
     os.chmod(project, 0o700)
+    os.chmod(tree["autograder"], 0o700)  # its source/ holds the answers too
     try:
-        graded = subprocess.run([python, "-c", script, TERM, str(tmp / "out"), *map(str, subs)], cwd=project,
-                                env=tree["env"], capture_output=True, text=True, timeout=900)
+        graded = subprocess.run([python, "-c", script, TERM, str(tmp / "out"), str(tree["root"]), *map(str, subs)],
+                                cwd=project, env=tree["env"], capture_output=True, text=True, timeout=900)
     finally:
         os.chmod(project, 0o755)
-        left = [p for pattern in ("*", "*/*", "*/*/*") for p in Path("/").glob(f"{pattern}/harness-left-{mark}")]
-        for path in left:
-            path.unlink(missing_ok=True)
+        left = list(shared.iterdir())
+        remove_tree(shared)
     return {"refused": refused, "graded": graded, "out": tmp / "out", "left": left, "project": project,
-            "refused_out": tmp / "refused"}
+            "refused_out": tmp / "refused", "shared": shared}
 
 
 def test_without_bubblewrap_a_project_others_can_read_is_refused(local):
@@ -227,8 +231,8 @@ def test_without_bubblewrap_a_project_others_can_read_is_refused(local):
 
 def test_without_bubblewrap_a_closed_project_grades_and_reads_nothing(local):
     """The project closed as the refusal says (its venv outside it), cgroups off: a submission that looks
-    for the project reads nothing of it and scores 0; a file another submission left in /run/lock, or
-    anywhere else other users may write to, is gone before the next one runs under the same uid."""
+    for the project reads nothing of it and scores 0; a file another submission left in a folder anyone
+    may write to (/run/lock once) is gone before the next one runs under the same uid."""
     done = local["graded"]
     said = done.stdout + done.stderr
     assert done.returncode == 0 and "OFF: per-submission cgroup" in said and "filesystem allow-list" in said, said[-3000:]
@@ -238,6 +242,6 @@ def test_without_bubblewrap_a_closed_project_grades_and_reads_nothing(local):
                + (local["out"] / name / "output.txt").read_text() for name in scores}
     reads = re.search(r"READS (.*)", outputs["reads_project"]).group(1)
     assert "LEAKED" not in reads and all(f"{what}:denied" in reads for what in ("hidden", "listing", "reference")), reads
-    assert "/run/lock" in outputs["leaves_files"], outputs["leaves_files"][-2000:]  # it did leave one there
+    assert str(local["shared"]) in outputs["leaves_files"], outputs["leaves_files"][-2000:]  # it did leave one
     assert "FOUND []" in outputs["finds_files"], outputs["finds_files"][-2000:]
     assert not local["left"], local["left"]

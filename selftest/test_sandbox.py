@@ -259,6 +259,25 @@ def test_without_bubblewrap_the_grader_names_what_a_worker_uid_could_read(open_f
     refuse_readable(project)  # closed: no refusal
 
 
+def test_without_bubblewrap_copies_of_the_answers_elsewhere_are_found(open_folder):
+    """Closing the project is not enough where another copy of its answers lies open (a second checkout,
+    an unpacked upload, an installed harness): the grader's scan of the host finds each, and the refusal
+    names it and the folder to close."""
+    from harness.grading.grade import BadSetup, refuse_readable
+    from harness.grading.sandbox import copy_root, scan_host
+    other = _project(open_folder / "other")
+    closed = _project(open_folder / "closed")
+    os.chmod(closed, 0o700)
+    _, copies = scan_host(open_folder)
+    assert copies == [other / "fixtures/T/hidden/manifest.json", other / "harness/term/catalogue.py",
+                      other / "reference/adapters.py"]
+    assert {copy_root(c) for c in copies} == {other}
+    with pytest.raises(BadSetup, match=rf"(?s)can read 3 copies of a project's answers.*chmod o= {re.escape(str(other))}\n"):
+        refuse_readable(closed, copies=copies)
+    with pytest.raises(BadSetup, match="can read 1 of the grader's"):  # its own copies are the project's
+        refuse_readable(other, copies=copies)
+
+
 def test_without_bubblewrap_a_worktrees_git_folders_count_too(open_folder):
     """A worktree's .git is a file: its history lies in the main repository's git folder, outside it."""
     from harness.grading.sandbox import readable_by_workers
@@ -280,12 +299,12 @@ def test_without_bubblewrap_a_worktrees_git_folders_count_too(open_folder):
 def test_without_bubblewrap_what_a_worker_uid_leaves_anywhere_it_can_write_is_removed(open_folder):
     """A hidden input left in /run/lock (the grader cleaned only /tmp, /var/tmp and /dev/shm) reached a
     later batch. Every folder others may write to is found, and what the uid left in each is removed."""
-    from harness.grading.sandbox import remove_files_of, writable_folders
+    from harness.grading.sandbox import remove_files_of, scan_host
     uid = 60999  # no worker uid: another grader's workers may run under those
     nested = open_folder / "open"
     nested.mkdir()
     os.chmod(nested, 0o1777)
-    folders = writable_folders()
+    folders, _ = scan_host()
     assert nested in folders and Path("/tmp") in folders and Path("/proc") not in folders
     assert not [f for f in folders if str(f).startswith(("/proc/", "/sys/"))]
     lock = Path("/run/lock")

@@ -45,9 +45,9 @@ from harness.grading import wire
 from harness.grading.report import POINTS_ENTRY, STATUS_ENTRY, code_hash, text_cell, write_report
 from harness.scoring import Result, contract_points, scores
 from harness.grading.sandbox import (BASE_UID, OOM_DRIVER, UID_BLOCK, UID_BLOCKS, Cgroup, Protections,
-                                     Sandbox, exposed, kill_group, kill_uid, kill_until_none,
+                                     Sandbox, copy_root, exposed, kill_group, kill_uid, kill_until_none,
                                      readable_by_workers, remove_orphan_sandboxes, remove_tree, set_oom_score,
-                                     system_paths, uid_processes, writable_folders)
+                                     scan_host, system_paths, uid_processes)
 from harness.store import Term
 
 MAX_ENTRIES = 2000          # files in one submission
@@ -127,8 +127,13 @@ class Grader:
         # open, and what it leaves in any folder it can write to is removed after it.
         self.writable = None
         if self.protections.uid_drop and not self.protections.confined:
-            refuse_readable(project, submissions, out)
-            self.writable = [str(p) for p in writable_folders()]
+            refuse_readable(project, submissions, out)  # first: its advice needs no scan
+            try:
+                writable, copies = scan_host(SCAN_ROOT)
+            except OSError as e:
+                raise BadSetup(f"without bubblewrap, the host's folders must be scanned first: {e}") from None
+            refuse_readable(project, submissions, out, copies)
+            self.writable = [str(p) for p in writable]
         self.settings = {"timeout": timeout, "case_timeout": case_timeout, "memory_mb": memory_mb,
                          "protections": asdict(self.protections), "writable": self.writable}
         blocks = range(UID_BLOCKS) if uid_block is None else [uid_block]
@@ -240,6 +245,7 @@ class Grader:
             graded.output += result.get("log", "")
 
 
+SCAN_ROOT = Path("/")  # where scan_host starts: the whole host (a selftest starts it in a tree of its own)
 # Where bubblewrap cannot run: a Python every uid can reach, outside the project, which is then closed.
 SAFE_SETUP = ("Install bubblewrap, or grade from a venv of the system's Python outside the project and outside "
               "folders only root may enter, then close the project to other users: /usr/bin/python3 -m venv "
@@ -247,9 +253,19 @@ SAFE_SETUP = ("Install bubblewrap, or grade from a venv of the system's Python o
               "(as gradescope/setup.sh and run_autograder do).")
 
 
-def refuse_readable(project: Path, submissions: list[Path] = (), out: Path | None = None) -> None:
-    """BadSetup naming what a worker's uid could read, and the command that closes it."""
+def refuse_readable(project: Path, submissions: list[Path] = (), out: Path | None = None,
+                    copies: list[Path] = ()) -> None:
+    """BadSetup naming what a worker's uid could read (of the grader's, and `copies` of the answers
+    found elsewhere: scan_host), and the command that closes it."""
     found = readable_by_workers(project, submissions, out)
+    elsewhere = [c for c in copies if not Path(os.path.realpath(c)).is_relative_to(os.path.realpath(project))]
+    roots = list(dict.fromkeys(copy_root(c) for c in elsewhere))
+    if elsewhere and not found:
+        raise BadSetup(
+            "bubblewrap cannot run here, so each submission's code would run under a uid of its own with the host's "
+            f"files in view, and that uid can read {len(elsewhere)} copies of a project's answers outside this one: "
+            + ", ".join(map(str, elsewhere)) + ". Close what holds them to other users, then grade again:\n    chmod o= "
+            + " ".join(shlex.quote(str(r)) for r in roots) + f"\n({SAFE_SETUP.split('. ')[0]}.)")
     if not found:
         return
     inside = Path(os.path.realpath(sys.prefix)).is_relative_to(os.path.realpath(project))

@@ -853,12 +853,17 @@ PSEUDO_FS = {"proc", "sysfs", "cgroup", "cgroup2", "debugfs", "tracefs", "securi
 SCAN_LIMIT = 2_000_000  # folders: a scan that would go on longer stops grading without bubblewrap
 
 
-def writable_folders(root: Path = Path("/")) -> list[Path]:
-    """Every folder another uid can make files in: writable by others (sticky or not: /tmp, /var/tmp,
-    /dev/shm, /run/lock, ...) and reachable (every folder above it traversable by others). Without
-    bubblewrap a worker sees the host's file system, and what it leaves in any of these would meet
-    a later submission (a hidden input left in /run/lock reached a later batch). Scanned once per
-    grader: links are not followed, kernel file systems and folders others cannot enter are skipped."""
+# A project's answers, as paths inside it: a readable copy anywhere (another checkout, an unpacked
+# upload, an installed harness) gives a worker without bubblewrap what closing the project keeps from it.
+SECRETS = ("reference/adapters.py", "harness/term/catalogue.py", "fixtures/*/hidden/manifest.json")
+
+
+def scan_host(root: Path = Path("/")) -> tuple[list[Path], list[Path]]:
+    """One walk of every folder other uids can enter (links not followed, kernel file systems and
+    folders others cannot enter skipped), for the grader without bubblewrap, where a worker sees the
+    host's files. Returns the folders others can write to (sticky or not: /tmp, /var/tmp, /dev/shm,
+    /run/lock, ...), where what a worker leaves would meet a later submission (a hidden input left in
+    /run/lock reached a later batch), and the copies of a project's answers (SECRETS) others can read."""
     skip = set()
     try:
         for line in Path("/proc/self/mounts").read_text().splitlines():
@@ -867,17 +872,23 @@ def writable_folders(root: Path = Path("/")) -> list[Path]:
                 skip.add(fields[1].replace("\\040", " "))
     except OSError:
         pass
-    found, todo, seen = [], [str(root)], 0
+    names = {secret.rsplit("/", 1)[1] for secret in SECRETS}
+    writable, copies, todo, seen = [], [], [str(root)], 0
     while todo:
         folder = todo.pop()
         seen += 1
         if seen > SCAN_LIMIT:
             raise OSError(errno.E2BIG, f"more than {SCAN_LIMIT:,} folders others can enter: the scan for folders "
-                                       "a worker could write to stopped")
+                                       "a worker could write to, and for copies of the answers, stopped")
         try:
             with os.scandir(folder) as entries:
                 for entry in entries:
                     try:
+                        if entry.name in names and entry.is_file(follow_symlinks=False):
+                            if entry.stat(follow_symlinks=False).st_mode & 0o004 and \
+                                    any(Path(entry.path).match(secret) for secret in SECRETS):
+                                copies.append(Path(entry.path))
+                            continue
                         if not entry.is_dir(follow_symlinks=False) or entry.path in skip:
                             continue
                         mode = entry.stat(follow_symlinks=False).st_mode
@@ -885,11 +896,20 @@ def writable_folders(root: Path = Path("/")) -> list[Path]:
                         continue
                     if mode & 0o001:  # others can enter it: what is inside is in reach
                         if mode & 0o002:
-                            found.append(Path(entry.path))
+                            writable.append(Path(entry.path))
                         todo.append(entry.path)
         except OSError:
             continue
-    return sorted(found)
+    return sorted(writable), sorted(copies)
+
+
+def copy_root(secret: Path) -> Path:
+    """The folder that holds a copy of the answers whole (a checkout, with its .git), to close; where
+    that folder holds Python itself (an installed harness in site-packages), the copy's own folder."""
+    depth = next(len(s.split("/")) for s in SECRETS if secret.match(s))
+    root = secret.parents[depth - 1]
+    python = [Path(os.path.realpath(p)) for p in system_paths()]
+    return secret.parents[depth - 2] if any(p.is_relative_to(root) for p in python) else root
 
 
 SHARED_TEMP = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))

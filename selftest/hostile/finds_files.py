@@ -1,9 +1,9 @@
 # Appended to the stub adapters.py, graded after leaves_files.py under the same uid: look for what it
-# left (MARK in the name) wherever anyone may write, and publish it through a visible failure.
-import glob as _glob
+# left (MARK in its name) in PLACES, and publish it through a visible failure.
+import os as _os
 
-FOUND = sorted(set(_glob.glob(f"/*/harness-left-{MARK}") + _glob.glob(f"/*/*/harness-left-{MARK}")
-                   + _glob.glob(f"/*/*/*/harness-left-{MARK}")))
+FOUND = [_os.path.join(_f, f"harness-left-{MARK}") for _f in PLACES
+         if _os.path.exists(_os.path.join(_f, f"harness-left-{MARK}"))]
 
 
 def run_embedding(*args, **kwargs):
