@@ -19,7 +19,7 @@ import pytest
 
 from conftest import PROJECT, TERM, reference_as_student
 from harness.grading.gradescope import REFUSED, build_zip, run
-from harness.grading.sandbox import BASE_UID, UID_BLOCK, UID_BLOCKS, Protections, remove_tree
+from harness.grading.sandbox import BASE_UID, UID_BLOCK, UID_BLOCKS, Protections
 from submissions import FULL, copy_stubs, with_attack
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").exists(),
@@ -54,7 +54,8 @@ def tree():
     (root / "bin" / "bwrap").write_text(FAILING_BWRAP)
     os.chmod(root / "bin" / "bwrap", 0o755)
     env = {"PATH": f"{root / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(root), "LANG": "C.UTF-8",
-           "HARNESS_VENV": str(root / "venv"), "HARNESS_TORCH_INDEX": "", "AUTOGRADER": str(autograder)}
+           "HARNESS_VENV": str(root / "venv"), "HARNESS_TORCH_INDEX": "", "AUTOGRADER": str(autograder),
+           "HARNESS_COPIES_UNDER": str(root)}  # this host holds checkouts (this one, at least): the tree's own
     before = _system_packages()
     setup = subprocess.run(["bash", str(source / "setup.sh")], env=env, capture_output=True, text=True,
                            timeout=900)
@@ -112,6 +113,7 @@ def test_the_zip_holds_what_grading_needs_and_nothing_a_submission_may_read(tree
     assert "harness/term/catalogue.py" not in names and "harness/grading/drive.py" in names
     with zipfile.ZipFile(tree["upload"]) as z:
         assert (z.getinfo("run_autograder").external_attr >> 16) & 0o111
+    assert tree["upload"].stat().st_mode & 0o077 == 0  # the answers are in it
 
 
 def test_the_reference_scores_full_marks(tree):
@@ -187,34 +189,35 @@ def local(tree, project, tmp_path_factory):
     """Local grading from the setup's venv (a system Python every uid can reach), bubblewrap failing:
     of the open project, through the command line; then of the project closed as the refusal says,
     with cgroups off, three submissions in turn under one uid: one looks for the project, one leaves
-    a file in a sticky folder anyone may write to, one looks for what it left. That grader scans this
-    tree alone for such folders and for copies of the answers: the host holds this checkout, at least."""
+    a file in /run/lock (which others may write to), one looks for what it left."""
     tmp = tmp_path_factory.mktemp("local")
     python = str(tree["root"] / "venv" / "bin" / "python")
     copy_stubs(tmp / "stubs")
     refused = subprocess.run([python, "-m", "harness", "grade", str(tmp / "stubs"), "--out", str(tmp / "refused"),
                               "--term", TERM], cwd=project, env=tree["env"], capture_output=True, text=True, timeout=600)
-    shared = tree["root"] / "lock"  # as /run/lock is
-    shared.mkdir(exist_ok=True)
-    os.chmod(shared, 0o1777)
-    constants = {"PROJECT": str(project), "TERM": TERM, "MARK": str(os.getpid()), "PLACES": [str(shared)]}
+    shared = Path("/run/lock")
+    if not (shared.is_dir() and shared.stat().st_mode & 0o002):
+        pytest.skip("no /run/lock that every user may write to")
+    constants = {"PROJECT": str(project), "TERM": TERM, "MARK": f"{os.getpid()}-{time.monotonic_ns()}",
+                 "PLACES": [str(shared)]}
     subs = [with_attack(tmp / name, "stubs", f"{name}.py", constants)
             for name in ("reads_project", "leaves_files", "finds_files")]
     script = ("import sys; from dataclasses import replace; from pathlib import Path; "
               "from harness.grading import grade; from harness.grading.sandbox import Protections; "
-              "grade.SCAN_ROOT = Path(sys.argv[3]); plain = replace(Protections.detect(), cgroup=None); "
+              "plain = replace(Protections.detect(), cgroup=None); "
               "print(plain.describe()); [print('SCORE', g.name, g.score, g.status) for g in grade.grade_all("
-              "Path.cwd(), [Path(p) for p in sys.argv[4:]], sys.argv[1], Path(sys.argv[2]), jobs=1, case_timeout=10, "
+              "Path.cwd(), [Path(p) for p in sys.argv[3:]], sys.argv[1], Path(sys.argv[2]), jobs=1, case_timeout=10, "
               "protections=plain)]")
     os.chmod(project, 0o700)
     os.chmod(tree["autograder"], 0o700)  # its source/ holds the answers too
     try:
-        graded = subprocess.run([python, "-c", script, TERM, str(tmp / "out"), str(tree["root"]), *map(str, subs)],
+        graded = subprocess.run([python, "-c", script, TERM, str(tmp / "out"), *map(str, subs)],
                                 cwd=project, env=tree["env"], capture_output=True, text=True, timeout=900)
     finally:
         os.chmod(project, 0o755)
-        left = list(shared.iterdir())
-        remove_tree(shared)
+        left = list(shared.glob(f"harness-left-{constants['MARK']}"))
+        for path in left:
+            path.unlink()
     return {"refused": refused, "graded": graded, "out": tmp / "out", "left": left, "project": project,
             "refused_out": tmp / "refused", "shared": shared}
 

@@ -129,7 +129,7 @@ class Grader:
         if self.protections.uid_drop and not self.protections.confined:
             refuse_readable(project, submissions, out)  # first: its advice needs no scan
             try:
-                writable, copies = scan_host(SCAN_ROOT)
+                writable, copies = scan_host(copies_under=Path(os.environ.get("HARNESS_COPIES_UNDER") or "/"))
             except OSError as e:
                 raise BadSetup(f"without bubblewrap, the host's folders must be scanned first: {e}") from None
             refuse_readable(project, submissions, out, copies)
@@ -245,7 +245,6 @@ class Grader:
             graded.output += result.get("log", "")
 
 
-SCAN_ROOT = Path("/")  # where scan_host starts: the whole host (a selftest starts it in a tree of its own)
 # Where bubblewrap cannot run: a Python every uid can reach, outside the project, which is then closed.
 SAFE_SETUP = ("Install bubblewrap, or grade from a venv of the system's Python outside the project and outside "
               "folders only root may enter, then close the project to other users: /usr/bin/python3 -m venv "
@@ -265,7 +264,7 @@ def refuse_readable(project: Path, submissions: list[Path] = (), out: Path | Non
             "bubblewrap cannot run here, so each submission's code would run under a uid of its own with the host's "
             f"files in view, and that uid can read {len(elsewhere)} copies of a project's answers outside this one: "
             + ", ".join(map(str, elsewhere)) + ". Close what holds them to other users, then grade again:\n    chmod o= "
-            + " ".join(shlex.quote(str(r)) for r in roots) + f"\n({SAFE_SETUP.split('. ')[0]}.)")
+            + " ".join(shlex.quote(str(r)) for r in roots) + "\n(or install bubblewrap: a submission then sees none of them)")
     if not found:
         return
     inside = Path(os.path.realpath(sys.prefix)).is_relative_to(os.path.realpath(project))
@@ -279,7 +278,7 @@ def refuse_readable(project: Path, submissions: list[Path] = (), out: Path | Non
            + " among them)" if secrets else "")
         + ". Close them to other users, then grade again:\n    chmod o= "
         + " ".join(shlex.quote(str(p)) for p in found)
-        + ("\n(this Python's venv lies inside the project, which must then stay open on the way to it; "
+        + ("\n(this Python's venv lies inside the project, which must then stay open on the way to it. "
            if inside else "\n(") + SAFE_SETUP.replace("PROJECT", shlex.quote(str(project))) + ")")
 
 

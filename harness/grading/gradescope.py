@@ -60,6 +60,8 @@ def build_zip(project: Path, out: Path, term: str) -> list[str]:
             if path.is_file() and "__pycache__" not in rel.parts and keep(rel):
                 files[rel.as_posix()] = (path.read_bytes(), 0o644)
     out.parent.mkdir(parents=True, exist_ok=True)
+    out.touch(mode=0o600)
+    os.chmod(out, 0o600)  # it holds the hidden cases and the grading seed: its owner's alone
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         for name, (data, mode) in files.items():
             info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))  # same term, same bytes
@@ -131,7 +133,7 @@ def refused(why: str) -> dict:
 
 def run(autograder: Path, protections: Protections | None = None) -> dict:
     """Grade /autograder/submission; always leaves results/results.json. Returns what it wrote."""
-    from harness.grading.grade import grade_all, kill_leftover_workers, results_json
+    from harness.grading.grade import BadSetup, grade_all, kill_leftover_workers, results_json
     source, results = autograder / "source", autograder / "results"
     data: dict | None = None
     # Containers on one kernel share its uids (and each uid's process limit): a fixed worker uid
@@ -157,6 +159,8 @@ def run(autograder: Path, protections: Protections | None = None) -> dict:
                 print(f"harness gradescope: {graded.status}, {graded.score:.2f}\n{graded.output[-4000:]}")
             finally:
                 shutil.rmtree(out, ignore_errors=True)
+    except BadSetup as e:  # it will not grade here (what the worker could read, say): the reason is the staff's
+        data = refused(str(e))
     except Exception:  # noqa: BLE001 - whatever failed, the student gets a results.json
         traceback.print_exc(file=sys.stdout)
         data = refused("the grader failed (traceback above)")

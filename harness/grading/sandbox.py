@@ -10,11 +10,14 @@ starts outlives it), a scrubbed environment and resource limits; when the grader
 runs as root it also drops to an unprivileged uid of its own, from a block of uids
 this grader alone holds. Its scratch folder is a size-limited tmpfs that vanishes with
 it; a seccomp filter denies the kernel keyring (add_key, keyctl, request_key: the one
-store that outlives processes) and new user namespaces. Each submission gets a control
-group (memory, processes, one CPU, and the CPU time of its whole process tree).
+store that outlives processes), file locks and watches, and new user namespaces. Each
+submission gets a control group (memory, processes, one CPU, and the CPU time of its whole
+process tree).
 
 Without bubblewrap only the limits, the scrubbed environment, a new session and
-(as root) the uid drop remain; without cgroups the limits are per process (rlimits).
+(as root) the uid drop remain, and the worker sees the host's files: the grader then refuses
+while its uid could read the answers (readable_by_workers, scan_host) and removes what it
+left wherever others may write; without cgroups the limits are per process (rlimits).
 `Protections` says which are active, and `harness grade --require-confinement` refuses
 to grade without bubblewrap and the uid drop.
 """
@@ -858,12 +861,13 @@ SCAN_LIMIT = 2_000_000  # folders: a scan that would go on longer stops grading 
 SECRETS = ("reference/adapters.py", "harness/term/catalogue.py", "fixtures/*/hidden/manifest.json")
 
 
-def scan_host(root: Path = Path("/")) -> tuple[list[Path], list[Path]]:
+def scan_host(root: Path = Path("/"), copies_under: Path = Path("/")) -> tuple[list[Path], list[Path]]:
     """One walk of every folder other uids can enter (links not followed, kernel file systems and
     folders others cannot enter skipped), for the grader without bubblewrap, where a worker sees the
     host's files. Returns the folders others can write to (sticky or not: /tmp, /var/tmp, /dev/shm,
     /run/lock, ...), where what a worker leaves would meet a later submission (a hidden input left in
-    /run/lock reached a later batch), and the copies of a project's answers (SECRETS) others can read."""
+    /run/lock reached a later batch), and the copies of a project's answers (SECRETS) others can read,
+    those under `copies_under` (a rehearsal on a machine with checkouts of its own: its tree)."""
     skip = set()
     try:
         for line in Path("/proc/self/mounts").read_text().splitlines():
@@ -886,7 +890,8 @@ def scan_host(root: Path = Path("/")) -> tuple[list[Path], list[Path]]:
                     try:
                         if entry.name in names and entry.is_file(follow_symlinks=False):
                             if entry.stat(follow_symlinks=False).st_mode & 0o004 and \
-                                    any(Path(entry.path).match(secret) for secret in SECRETS):
+                                    any(Path(entry.path).match(secret) for secret in SECRETS) and \
+                                    Path(entry.path).is_relative_to(copies_under):
                                 copies.append(Path(entry.path))
                             continue
                         if not entry.is_dir(follow_symlinks=False) or entry.path in skip:
