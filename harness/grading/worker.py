@@ -273,7 +273,11 @@ class Worker:
 
         def captured(model, optimizer, iteration, out):
             real(model, optimizer, iteration, out)
-            data = open(out, "rb").read() if isinstance(out, (str, os.PathLike)) else out.getvalue()
+            if isinstance(out, (str, os.PathLike)):
+                with open(out, "rb") as f:
+                    data = f.read()
+            else:
+                data = out.getvalue()
             raise Captured(torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8))
 
         def replayed(model, optimizer, iteration, out):
