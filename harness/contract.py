@@ -159,8 +159,8 @@ def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAU
     An entry point (CS336's `get_adamw_cls`, `run_gradient_clipping`, ...) keeps the signature a course's
     own tests call, but returns a class, works in place, draws at random or writes a file, so no fixture
     can store what it does. `drills` names the contract functions that exercise it, tensors in and
-    tensors out: they hold its cases, tests and points (so they also run, unchanged, in the grading
-    worker), and it has none (points=0). `gradients=False`: no gradient check, for a result that no
+    tensors out: they hold its cases, tests and points (in grading, with the contract's own glue, never
+    the submission's: render_drills), and it has none (points=0). `gradients=False`: no gradient check, for a result that no
     autograd graph joins to the inputs (the parameters after optimizer steps). `check="train"`: a
     training run, whose final weights no stored answer can match (float32 over hundreds of steps):
     its cases are judged by properties of what it trained (check_training), not against the reference.
@@ -2045,6 +2045,21 @@ def render_adapters(package: str) -> str:
         "\n\n" + inspect.getsource(with_weights)
     )
     return header + "".join("\n\n" + _render_one(a) for a in ADAPTERS.values())
+
+
+def drills() -> list[str]:
+    """The functions that exercise an entry point (`drills=`): the harness's half of a drill (the
+    model, the optimizer and the data it checks the student's piece with) is its glue."""
+    return list(dict.fromkeys(d for a in ADAPTERS.values() for d in a.drills))
+
+
+def render_drills(package: str) -> str:
+    """The drills alone, with the contract's own glue, wired to `package`: in grading they run from
+    this, not from the submission's adapters.py, which could rewrite the half that checks its code."""
+    return ('"""The contract\'s drills (harness/contract.py), rendered for grading."""\n\n'
+            "from __future__ import annotations  # the annotations are the contract's: unread here\n\n"
+            "import importlib\nimport os  # noqa: F401\n\nimport torch\n\n\n" + inspect.getsource(Package)
+            + f"\n\nimpl = Package({package!r})\n" + "".join("\n\n" + _render_one(ADAPTERS[n]) for n in drills()))
 
 
 class Package:

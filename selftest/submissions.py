@@ -64,10 +64,21 @@ ATTACKS = {
     "malformed_reply": ("stubs", "malformed_reply.py"),
     "reads_machine": ("stubs", "reads_machine.py"),
     "reports_its_draws": ("reference", "reports_its_draws.py"),
+    "forges_diagnosis": ("stubs", "forges_diagnosis.py"),
+    "skips_drills": ("stubs", "skips_drills.py"),
+    "locks_shared_files": ("stubs", "locks_shared_files.py"),
 }
 KEYRING_SECRET = "keyring-secret-6061"
 # Attacks on the machine's resources: each runs beside honest work, which must keep full marks.
 RESOURCE_ATTACKS = ("disk_fill", "deep_tree", "memory_fork", "cpu_storm", "slow_drip")
+
+# AdamW's step counts in an attribute, not in self.state: right on every uninterrupted run, wrong once
+# resumed from state_dict(). hostile/skips_drills.py's AdamW drill never resumes, to hide it.
+STEPS_OUTSIDE_STATE = [
+    ("optimizer.py", '                    state["step"] = 0\n', ""),
+    ("optimizer.py", '                state["step"] += 1\n                t, m, v = state["step"], ',
+     '                steps = self.__dict__.setdefault("_steps", {})\n                steps[id(p)] = steps.get(id(p), 0) + 1\n'
+     '                t, m, v = steps[id(p)], ')]
 
 # Points without the work. Two known mistakes at once, for a lookup to hide:
 TWO_BUGS = [("rope.py", *EDITED["half_split_rope"][1:]), ("attention.py", *EDITED["no_scale"][1:])]

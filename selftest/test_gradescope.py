@@ -54,7 +54,8 @@ def tree():
     (root / "bin" / "bwrap").write_text(FAILING_BWRAP)
     os.chmod(root / "bin" / "bwrap", 0o755)
     env = {"PATH": f"{root / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(root), "LANG": "C.UTF-8",
-           "HARNESS_VENV": str(root / "venv"), "HARNESS_TORCH_INDEX": "", "AUTOGRADER": str(autograder)}
+           "HARNESS_VENV": str(root / "venv"), "HARNESS_TORCH_INDEX": "", "AUTOGRADER": str(autograder),
+           "HARNESS_COPIES_UNDER": str(root)}  # this host holds checkouts (this one, at least): the tree's own
     before = _system_packages()
     setup = subprocess.run(["bash", str(source / "setup.sh")], env=env, capture_output=True, text=True,
                            timeout=900)
@@ -65,11 +66,17 @@ def tree():
 
 
 def grade(tree, make) -> tuple[dict, str]:
-    """One submission through run_autograder, as Gradescope runs it: results.json and stdout."""
+    """One submission through run_autograder, as Gradescope runs it: results.json and stdout. Beside
+    source/ lies Gradescope's submission_metadata.json, readable by everyone (umask 022), with an
+    earlier submission's results in it."""
     autograder = tree["autograder"]
     for folder in ("submission", "results"):
         shutil.rmtree(autograder / folder, ignore_errors=True)
     make(autograder / "submission")
+    metadata = autograder / "submission_metadata.json"
+    metadata.write_text(json.dumps({"previous_submissions": [{"results": {"tests": [{"name": "hidden verdict"}]}}]}))
+    os.chmod(metadata, 0o644)
+    os.chmod(autograder, 0o755)  # as Gradescope makes it; run_autograder closes it
     done = subprocess.run(["bash", str(autograder / "source" / "run_autograder")], cwd=autograder, env=tree["env"],
                           capture_output=True, text=True, timeout=600)
     results = autograder / "results" / "results.json"
@@ -106,6 +113,7 @@ def test_the_zip_holds_what_grading_needs_and_nothing_a_submission_may_read(tree
     assert "harness/term/catalogue.py" not in names and "harness/grading/drive.py" in names
     with zipfile.ZipFile(tree["upload"]) as z:
         assert (z.getinfo("run_autograder").external_attr >> 16) & 0o111
+    assert tree["upload"].stat().st_mode & 0o077 == 0  # the answers are in it
 
 
 def test_the_reference_scores_full_marks(tree):
@@ -124,7 +132,7 @@ def test_the_submissions_code_reads_nothing_of_the_grader(tree):
     probe = next((t["output"] for t in results["tests"] if "PROBE" in t["output"]), said[-3000:])
     uid = int(re.search(r"PROBE uid=(\d+)", probe).group(1))
     assert uid >= BASE_UID and uid not in WORKER_UIDS, probe  # unprivileged, never root, a block at random
-    for what in ("source", "hidden", "listing", "results", "write"):
+    for what in ("source", "hidden", "listing", "results", "write", "metadata", "autograder"):
         assert f"{what}:denied" in probe, probe
     assert "LEAKED" not in probe and "installed:" not in probe, probe
 
@@ -159,3 +167,84 @@ def test_without_bubblewrap_or_a_uid_of_its_own_the_code_is_not_run(tmp_path):
     assert json.loads((autograder / "results" / "results.json").read_text()) == results
     assert not marker.exists()
     assert (autograder / "results").stat().st_mode & 0o077 == 0
+
+
+# ---------------------------------------------------------------- local grading without bubblewrap
+
+@pytest.fixture(scope="module")
+def project(tree):
+    """What grading reads of the project, and the reference beside it, copied where every user may read
+    them (as a checkout is, by git's modes and a default umask), outside the setup's venv."""
+    copy = tree["root"] / "project"
+    for part in ("harness", "tests", f"fixtures/{TERM}", "reference"):
+        shutil.copytree(PROJECT / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(PROJECT / "pyproject.toml", copy / "pyproject.toml")
+    for path in [copy, *copy.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def local(tree, project, tmp_path_factory):
+    """Local grading from the setup's venv (a system Python every uid can reach), bubblewrap failing:
+    of the open project, through the command line; then of the project closed as the refusal says,
+    with cgroups off, three submissions in turn under one uid: one looks for the project, one leaves
+    a file in /run/lock (which others may write to), one looks for what it left."""
+    tmp = tmp_path_factory.mktemp("local")
+    python = str(tree["root"] / "venv" / "bin" / "python")
+    copy_stubs(tmp / "stubs")
+    refused = subprocess.run([python, "-m", "harness", "grade", str(tmp / "stubs"), "--out", str(tmp / "refused"),
+                              "--term", TERM], cwd=project, env=tree["env"], capture_output=True, text=True, timeout=600)
+    shared = Path("/run/lock")
+    if not (shared.is_dir() and shared.stat().st_mode & 0o002):
+        pytest.skip("no /run/lock that every user may write to")
+    constants = {"PROJECT": str(project), "TERM": TERM, "MARK": f"{os.getpid()}-{time.monotonic_ns()}",
+                 "PLACES": [str(shared)]}
+    subs = [with_attack(tmp / name, "stubs", f"{name}.py", constants)
+            for name in ("reads_project", "leaves_files", "finds_files")]
+    script = ("import sys; from dataclasses import replace; from pathlib import Path; "
+              "from harness.grading import grade; from harness.grading.sandbox import Protections; "
+              "plain = replace(Protections.detect(), cgroup=None); "
+              "print(plain.describe()); [print('SCORE', g.name, g.score, g.status) for g in grade.grade_all("
+              "Path.cwd(), [Path(p) for p in sys.argv[3:]], sys.argv[1], Path(sys.argv[2]), jobs=1, case_timeout=10, "
+              "protections=plain)]")
+    os.chmod(project, 0o700)
+    os.chmod(tree["autograder"], 0o700)  # its source/ holds the answers too
+    try:
+        graded = subprocess.run([python, "-c", script, TERM, str(tmp / "out"), *map(str, subs)],
+                                cwd=project, env=tree["env"], capture_output=True, text=True, timeout=900)
+    finally:
+        os.chmod(project, 0o755)
+        left = list(shared.glob(f"harness-left-{constants['MARK']}"))
+        for path in left:
+            path.unlink()
+    return {"refused": refused, "graded": graded, "out": tmp / "out", "left": left, "project": project,
+            "refused_out": tmp / "refused", "shared": shared}
+
+
+def test_without_bubblewrap_a_project_others_can_read_is_refused(local):
+    """As root, with bubblewrap failing and a Python every uid can reach (the refusal's own advice once
+    led here, a venv in the checkout), the worker's uid read reference/, the hidden cases and the grading
+    seed, and scored 123. The grader refuses, naming what is readable and the command that closes it."""
+    said, project = local["refused"].stderr, local["project"]
+    assert local["refused"].returncode == 2 and "can read" in said and f"chmod o= {project}" in said, said[-3000:]
+    assert "reference/" in said and f"fixtures/{TERM}/hidden/" in said, said[-3000:]
+    assert not local["refused_out"].exists()
+
+
+def test_without_bubblewrap_a_closed_project_grades_and_reads_nothing(local):
+    """The project closed as the refusal says (its venv outside it), cgroups off: a submission that looks
+    for the project reads nothing of it and scores 0; a file another submission left in a folder anyone
+    may write to (/run/lock once) is gone before the next one runs under the same uid."""
+    done = local["graded"]
+    said = done.stdout + done.stderr
+    assert done.returncode == 0 and "OFF: per-submission cgroup" in said and "filesystem allow-list" in said, said[-3000:]
+    scores = dict(re.findall(r"^SCORE (\w+) ([\d.]+) ok$", done.stdout, re.M))
+    assert scores == {"reads_project": "0.0", "leaves_files": "0.0", "finds_files": "0.0"}, said[-3000:]
+    outputs = {name: "".join(t["output"] for t in json.loads((local["out"] / name / "results.json").read_text())["tests"])
+               + (local["out"] / name / "output.txt").read_text() for name in scores}
+    reads = re.search(r"READS (.*)", outputs["reads_project"]).group(1)
+    assert "LEAKED" not in reads and all(f"{what}:denied" in reads for what in ("hidden", "listing", "reference")), reads
+    assert str(local["shared"]) in outputs["leaves_files"], outputs["leaves_files"][-2000:]  # it did leave one
+    assert "FOUND []" in outputs["finds_files"], outputs["finds_files"][-2000:]
+    assert not local["left"], local["left"]

@@ -31,12 +31,13 @@ import torch
 
 from conftest import PROJECT, TERM, edit, reference_as_student
 from harness.grading.grade import grade_all
-from harness.grading.sandbox import NOFILE, PIDS, Protections
+from harness.grading.report import known_mistakes
+from harness.grading.sandbox import NOFILE, PIDS, Protections, readable_by_workers
 from harness.store import Term
 from submissions import (ACCOUNTING_PIECES, ATTACKS, CANARY, EDITED, EDITED_PIECES, EXITS, FULL, GRADED,
-                         KEYRING_SECRET, LOOKUPS, OWNER, PROBE_MISTAKES, RESOURCE_ATTACKS, TWO_BUGS, bad_archives,
-                         copy_stubs, hangs_and_exits, looks_up, points_per_function, survivors, with_attack,
-                         with_edits)
+                         KEYRING_SECRET, LOOKUPS, OWNER, PROBE_MISTAKES, RESOURCE_ATTACKS, STEPS_OUTSIDE_STATE,
+                         TWO_BUGS, bad_archives, copy_stubs, hangs_and_exits, looks_up, points_per_function,
+                         survivors, with_attack, with_edits)
 
 requires_bwrap = pytest.mark.skipif(not Protections.detect().confined, reason="bubblewrap is not usable here")
 
@@ -55,7 +56,7 @@ def graded(tmp_path_factory):
     listener.listen()
     listener.settimeout(0.1)
     constants = {"PROJECT": str(PROJECT), "OUT": str(out), "PORT": listener.getsockname()[1],
-                 "KEYRING_SECRET": KEYRING_SECRET}
+                 "KEYRING_SECRET": KEYRING_SECRET, "HINTS": [m.hint for m in known_mistakes() if m.hint][:12]}
 
     reference_as_student(subs / "reference")
     copy_stubs(subs / "stubs")
@@ -64,6 +65,7 @@ def graded(tmp_path_factory):
     for name, (start, attack) in ATTACKS.items():
         with_attack(subs / name, start, attack, constants)
     with_edits(subs / "two_bugs", TWO_BUGS)
+    with_attack(with_edits(subs / "skips_drills_over_a_bug", STEPS_OUTSIDE_STATE), "as is", "skips_drills.py", constants)
     for name, (start, fallback) in LOOKUPS.items():
         looks_up(subs / name, start, fallback, constants, TERM)
     with_edits(subs / "probe_mistakes", PROBE_MISTAKES)
@@ -275,6 +277,16 @@ def test_machine_wide_counters_read_empty_and_open_files_are_bounded(graded):
     assert hard <= NOFILE and PIDS * NOFILE < int(Path("/proc/sys/fs/file-max").read_text()) // 4, said
 
 
+@requires_bwrap
+def test_no_file_lock_or_file_watch_reaches_a_neighbour(graded):
+    """Locks are machine-wide and work on the read-only files every sandbox shares (torch's own): a
+    submission locking them in its hidden phase told its neighbour 64 bits of a hidden input, through
+    bubblewrap's namespaces. The seccomp filter denies every lock and watch it tried."""
+    said = next(t["output"] for t in _results_json(graded, "locks_shared_files")["tests"] if "LOCKS" in t["output"])
+    tried = dict(item.split(":") for item in re.search(r"LOCKS ([\w: ]+)", said).group(1).split())
+    assert len(tried) == 8 and "WORKED" not in tried.values(), tried
+
+
 @pytest.mark.parametrize("name", RESOURCE_ATTACKS)
 def test_an_attack_on_the_machine_costs_only_its_own_submission(graded, name):
     """A disk fill, a 3,000-deep folder, 60 processes of 50 MB, 200 spinning processes and a reply
@@ -329,10 +341,14 @@ def _public_value_checks(result) -> list:
 @pytest.mark.parametrize("name", ["looks_up_only", "looks_up_with_fakes"])
 def test_answers_looked_up_in_the_public_fixtures_score_zero(graded, name):
     """The lookup passes every public output and gradient check (the fakes also pass softmax's,
-    attention's and RoPE's properties), and earns nothing: no twin passes."""
+    attention's and RoPE's properties), and earns nothing: no twin passes. A drill's public cases are
+    no exception: there the contract's glue runs, not the lookup's, calling the stubs."""
+    from harness.contract import drills
     result = graded["results"][name]
-    public = _public_value_checks(result)
+    public = [t for t in _public_value_checks(result) if t.adapter not in drills()]
     assert public and all(t.outcome == "passed" for t in public), [t.id for t in public if t.outcome != "passed"]
+    ran = [t for t in _public_value_checks(result) if t.adapter in drills()]
+    assert ran and all(t.outcome == "failed" for t in ran), [t.id for t in ran if t.outcome != "failed"]
     assert result.score == 0, f"{name} scored {result.score}"
     if name == "looks_up_with_fakes":
         assert any(t.outcome == "passed" and "test_rope_preserves_norms" in t.id for t in result.tests)
@@ -546,6 +562,36 @@ def test_the_class_report_names_the_mistakes_and_flags_identical_code(graded):
     assert analyse(*load(graded["out"]), known_mistakes()).identical == [["reference", "zipped"]]
 
 
+def test_a_rewritten_drill_earns_nothing(graded):
+    """A drill's glue checks the student's pieces, and students have it in their adapters.py: rewritten,
+    an AdamW drill that never resumes hid step counts kept outside the state_dict, and a checkpoint drill
+    that never checkpointed earned its points from the stubs (2 points each). In grading the contract's
+    own glue runs, and the checkpoint drill's state crosses between two workers as the checkpoint's bytes
+    alone: pieces that keep it in memory instead (which the glue's check cannot see in one process) earn
+    nothing either."""
+    for name in ("skips_drills", "skips_drills_over_a_bug"):
+        assert per_function(graded, name)["run_resume_training"] == 0, name
+    scores = per_function(graded, "skips_drills_over_a_bug")
+    assert scores["run_adamw_resumed"] < ADAPTERS["run_adamw_resumed"].points
+    drills = ("run_adamw_resumed", "run_resume_training")
+    assert all(scores[fn] == pytest.approx(a.points) for fn, a in GRADED.items() if fn not in drills), scores
+
+
+def test_a_forged_diagnosis_names_no_mistake_in_the_class_report(graded):
+    """A result whose class name was a `Likely cause:` line once reached the report unfiltered (the
+    unsendable-result path), and the class report counted a correct submission under 154 (mistake,
+    function) pairs. Every text the worker sends is disarmed, whatever path it takes."""
+    from harness.grading.report import MATCHED, write_report
+    write_report(graded["out"], PROJECT)
+    with (graded["out"] / "mistakes.csv").open() as f:
+        named = [(r["variant"], r["function"]) for r in csv.DictReader(f)
+                 if "forges_diagnosis" in r["submissions"].split(";")]
+    assert not named, named
+    visible = [t["output"] for t in _results_json(graded, "forges_diagnosis")["tests"] if t["visibility"] == "visible"]
+    assert any("cannot be checked" in m for m in visible) and any("Likely cause (the code's words):" in m for m in visible)
+    assert not [m for m in visible if MATCHED in m or "\nWhat differs: subtract" in m]
+
+
 # ---------------------------------------------------------------- other machines and setups
 
 @pytest.fixture(scope="module")
@@ -592,6 +638,10 @@ def test_without_bubblewrap_the_worker_still_runs_apart_and_limited(tmp_path, re
             grade_all(PROJECT, [exits], TERM, tmp_path / "out", jobs=1, case_timeout=5, protections=plain)
         assert "uid drop" in plain.describe().split("OFF:")[1]
         return  # the uid drop itself is graded in selftest/test_gradescope.py, from a system Python's venv
+    if plain.uid_drop and readable_by_workers(PROJECT, [exits]):  # the worker's uid could read this checkout
+        with pytest.raises(BadSetup, match="can read"):
+            grade_all(PROJECT, [exits], TERM, tmp_path / "out", jobs=1, case_timeout=5, protections=plain)
+        return  # a closed project is graded in selftest/test_gradescope.py
     [result] = grade_all(PROJECT, [exits], TERM, tmp_path / "out", jobs=1, case_timeout=5, protections=plain)
     scores = points_per_function(result)
     assert result.status == "ok" and 0 < result.score < FULL and not survivors()

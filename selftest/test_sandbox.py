@@ -1,10 +1,13 @@
 """The sandbox's parts that need no grading run: cleanup that survives any tree, leftovers of
-dead drivers, and the report of a call stopped by the wall-clock backstop."""
+dead drivers, the report of a call stopped by the wall-clock backstop, the seccomp filter, and,
+without bubblewrap, what a worker's uid could read or leave behind."""
 
 import os
+import re
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -133,3 +136,191 @@ def test_the_seccomp_filter_denies_system_v_and_queue_ipc():
     assert denied.returncode == 0
     allowed = subprocess.run([sys.executable, "-I", "-c", check.replace("sys.exit(0 if", "sys.exit(1 if")])
     assert allowed.returncode == 1  # the calls work without the filter: the check can fail
+
+
+def test_the_workers_harness_modules_import_on_their_own(tmp_path):
+    """The sandbox holds only WORKER_MODULES of the harness: a module they import that is not among
+    them (harness.torch_imports once) fails under bubblewrap, and every submission got import-error.
+    Outside a sandbox the editable install would still find it, so where each came from is checked."""
+    import shutil
+    from harness.grading.sandbox import HARNESS, WORKER_MODULES
+    lib = tmp_path / "lib"
+    for name in WORKER_MODULES:
+        (lib / "harness" / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(HARNESS / name, lib / "harness" / name)
+    check = ("import sys; sys.path[:0] = [sys.argv[1]]; import harness.grading.worker, harness.student_run.probes; "
+             "outside = [n for n, m in sys.modules.items() if n.split('.')[0] == 'harness' "
+             "and not (getattr(m, '__file__', None) or sys.argv[1]).startswith(sys.argv[1])]; "
+             "print(outside); sys.exit(1 if outside else 0)")
+    done = subprocess.run([sys.executable, "-I", "-c", check, str(lib)], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+
+
+LOCKS_CHECK = """
+import ctypes, errno, fcntl, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open(sys.argv[1], os.O_RDONLY)  # a file every sandbox reads: torch's own, read-only
+denied = []
+def tries(name, call):
+    try:
+        call()
+    except OSError as e:
+        denied.append(name)
+tries("flock", lambda: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB))
+lock = struct.pack("hhqqi", fcntl.F_RDLCK, 0, 0, 1, 0)
+for name, command in [("F_SETLK", fcntl.F_SETLK), ("F_SETLKW", fcntl.F_SETLKW), ("F_GETLK", fcntl.F_GETLK),
+                      ("F_OFD_SETLK", 37), ("F_OFD_SETLKW", 38), ("F_OFD_GETLK", 36)]:
+    tries(name, lambda: fcntl.fcntl(fd, command, lock))
+folder = os.open(os.path.dirname(sys.argv[1]), os.O_RDONLY)  # dnotify: DN_ACCESS | DN_MULTISHOT on its folder
+tries("F_NOTIFY", lambda: fcntl.fcntl(folder, 1026, 0x80000001))
+def inotify():
+    watcher = libc.inotify_init1(0)
+    if watcher < 0 or libc.inotify_add_watch(watcher, sys.argv[1].encode(), 1) < 0:  # IN_ACCESS
+        raise OSError(ctypes.get_errno(), "inotify")
+tries("inotify", inotify)
+os.set_blocking(fd, False)  # F_GETFL/F_SETFL, and F_GETFD/F_SETFD below, stay allowed: Python needs them
+os.set_inheritable(fd, True)
+print(" ".join(denied))
+"""
+
+
+def test_the_seccomp_filter_denies_file_locks_and_file_watches():
+    """flock and fcntl locks work on read-only files and are machine-wide: a sandbox locking torch's
+    own files in its hidden phase told a neighbour 64 bits of a hidden input (inotify on the same
+    files would see a neighbour's reads). Under the filter each fails; without it, each works."""
+    import torch
+    from harness.grading.sandbox import SeccompLoader
+    shared = torch.__file__
+    every = "flock F_SETLK F_SETLKW F_GETLK F_OFD_SETLK F_OFD_SETLKW F_OFD_GETLK F_NOTIFY inotify"
+    denied = subprocess.run([sys.executable, "-I", "-c", LOCKS_CHECK, shared], preexec_fn=SeccompLoader().load,
+                            capture_output=True, text=True)
+    assert denied.returncode == 0 and denied.stdout.split() == every.split(), denied.stdout + denied.stderr
+    allowed = subprocess.run([sys.executable, "-I", "-c", LOCKS_CHECK, shared], capture_output=True, text=True)
+    assert allowed.returncode == 0 and allowed.stdout.split() == [], allowed.stdout + allowed.stderr
+
+
+def test_torch_and_numpy_work_under_the_seccomp_filter():
+    """What the filter denies, the worker's own stack does not need: torch and numpy import and compute
+    (a gradient, a matmul, a save and load through a file), threads start, and files open."""
+    from harness.grading.sandbox import SeccompLoader
+    work = ("import io, tempfile, threading, numpy, torch; x = torch.randn(64, 64, requires_grad=True); "
+            "(x @ x).tanh().sum().backward(); assert x.grad.isfinite().all(); "
+            "a = numpy.random.default_rng(0).normal(size=(32, 32)); assert numpy.isfinite(a @ a).all(); "
+            "buffer = io.BytesIO(); torch.save({'x': x.detach()}, buffer); buffer.seek(0); "
+            "assert torch.equal(torch.load(buffer)['x'], x.detach()); "
+            "f = tempfile.NamedTemporaryFile(); numpy.save(f, a); f.flush(); "
+            "t = threading.Thread(target=lambda: torch.ones(3).sum()); t.start(); t.join(); print('ok')")
+    done = subprocess.run([sys.executable, "-I", "-c", work], preexec_fn=SeccompLoader().load, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+@pytest.fixture
+def open_folder():
+    """A folder every user may enter (pytest's own tmp_path lies in a folder only its user may)."""
+    folder = Path(tempfile.mkdtemp(prefix="harness-selftest-", dir="/var/tmp" if os.access("/var/tmp", os.W_OK) else None))
+    os.chmod(folder, 0o755)
+    yield folder
+    remove_tree(folder)
+
+
+def _project(root: Path) -> Path:
+    for name in ("reference/adapters.py", "fixtures/T/hidden/manifest.json", "fixtures/T/run_x.safetensors",
+                 "harness/term/catalogue.py", "pyproject.toml", ".venv/bin/python"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("x")
+    for path in [root, *root.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)  # as git and a default umask leave a checkout
+    return root
+
+
+def test_without_bubblewrap_the_grader_names_what_a_worker_uid_could_read(open_folder):
+    """A worker under a uid of its own read the reference, the hidden cases and the grading seed of a
+    checkout anyone may read (123 points). What such a uid can read is found, and the refusal names it
+    with the command that closes it; the way to a venv inside the project stays open, and a folder
+    others cannot enter closes everything below it."""
+    from harness.grading.grade import BadSetup, refuse_readable
+    from harness.grading.sandbox import exposed, readable_by_workers
+    project = _project(open_folder / "project")
+    assert readable_by_workers(project) == [project]
+    with pytest.raises(BadSetup, match=r"(?s)can read 1 .*reference/, fixtures/T/hidden/, harness/term/ among them"
+                                       rf".*chmod o= {re.escape(str(project))}\n"):
+        refuse_readable(project)
+    venv = project / ".venv"
+    assert exposed(project, [venv]) == [project / name for name in ("fixtures", "harness", "pyproject.toml", "reference")]
+    os.chmod(project / "fixtures", 0o750)  # others cannot enter it: nothing below it is readable
+    os.chmod(project / "harness" / "term", 0o700)  # all harness/ holds
+    os.chmod(project / "reference" / "adapters.py", 0o640)  # all reference/ holds
+    assert exposed(project, [venv]) == [project / "pyproject.toml"] and exposed(project / "reference") == []
+    os.chmod(project / "pyproject.toml", 0o640)
+    assert exposed(project, [venv]) == []
+    os.chmod(project, 0o700)
+    assert readable_by_workers(project) == []
+    refuse_readable(project)  # closed: no refusal
+
+
+def test_without_bubblewrap_copies_of_the_answers_elsewhere_are_found(open_folder):
+    """Closing the project is not enough where another copy of its answers lies open (a second checkout,
+    an unpacked upload, an installed harness): the grader's scan of the host finds each, and the refusal
+    names it and the folder to close."""
+    from harness.grading.grade import BadSetup, refuse_readable
+    from harness.grading.sandbox import copy_root, scan_host
+    other = _project(open_folder / "other")
+    closed = _project(open_folder / "closed")
+    os.chmod(closed, 0o700)
+    _, copies = scan_host(open_folder)
+    assert copies == [other / "fixtures/T/hidden/manifest.json", other / "harness/term/catalogue.py",
+                      other / "reference/adapters.py"]
+    assert {copy_root(c) for c in copies} == {other}
+    with pytest.raises(BadSetup, match=rf"(?s)can read 3 copies of a project's answers.*chmod o= {re.escape(str(other))}\n"):
+        refuse_readable(closed, copies=copies)
+    with pytest.raises(BadSetup, match="can read 1 of the grader's"):  # its own copies are the project's
+        refuse_readable(other, copies=copies)
+
+
+def test_without_bubblewrap_a_worktrees_git_folders_count_too(open_folder):
+    """A worktree's .git is a file: its history lies in the main repository's git folder, outside it."""
+    from harness.grading.sandbox import readable_by_workers
+    common = open_folder / "main" / ".git"
+    (common / "worktrees" / "wt").mkdir(parents=True)
+    (common / "objects").mkdir()
+    (common / "objects" / "pack").write_text("the reference, in history")
+    (common / "worktrees" / "wt" / "commondir").write_text("../..\n")
+    project = open_folder / "wt"
+    project.mkdir()
+    (project / ".git").write_text(f"gitdir: {common / 'worktrees' / 'wt'}\n")
+    for path in [open_folder, *open_folder.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    os.chmod(project, 0o700)
+    assert readable_by_workers(project) == [common / "worktrees" / "wt", common]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="files of another uid need root to make")
+def test_without_bubblewrap_what_a_worker_uid_leaves_anywhere_it_can_write_is_removed(open_folder):
+    """A hidden input left in /run/lock (the grader cleaned only /tmp, /var/tmp and /dev/shm) reached a
+    later batch. Every folder others may write to is found, and what the uid left in each is removed."""
+    from harness.grading.sandbox import remove_files_of, scan_host
+    uid = 60999  # no worker uid: another grader's workers may run under those
+    nested = open_folder / "open"
+    nested.mkdir()
+    os.chmod(nested, 0o1777)
+    folders, _ = scan_host()
+    assert nested in folders and Path("/tmp") in folders and Path("/proc") not in folders
+    assert not [f for f in folders if str(f).startswith(("/proc/", "/sys/"))]
+    lock = Path("/run/lock")
+    places = [nested] + ([lock] if lock.is_dir() and lock in folders else [])
+    left = []
+    for place in places:
+        for name in (f"harness-selftest-{os.getpid()}", f"harness-selftest-{os.getpid()}-dir"):
+            path = place / name
+            path.mkdir() if name.endswith("-dir") else path.write_text("a hidden input")
+            os.chown(path, uid, uid)
+            left.append(path)
+    kept = nested / "kept"
+    kept.write_text("not the uid's")
+    try:
+        remove_files_of(uid, folders)
+        assert not [p for p in left if p.exists()] and kept.exists()
+    finally:
+        for path in left:
+            remove_tree(path)

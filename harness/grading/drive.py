@@ -117,7 +117,8 @@ class Grading:
 def grade(project: Path, term: str, submission: Path, slot: int, settings: dict) -> dict:
     protections = Protections(**settings["protections"])  # detected once, by `harness grade`
     deadline = time.monotonic() + settings["timeout"]
-    sandbox = Sandbox(submission, protections, slot, settings["memory_mb"], settings["timeout"])
+    writable = [Path(p) for p in settings["writable"]] if settings.get("writable") is not None else None
+    sandbox = Sandbox(submission, protections, slot, settings["memory_mb"], settings["timeout"], writable)
     link = Link(sandbox, settings["case_timeout"], deadline=deadline)
     plugin = Grading(link)
     # The plugin by module, not by the installed package's entry point: Gradescope's venv holds

@@ -26,6 +26,7 @@ import queue
 import re
 import resource
 import select
+import shlex
 import shutil
 import stat
 import subprocess
@@ -44,8 +45,9 @@ from harness.grading import wire
 from harness.grading.report import POINTS_ENTRY, STATUS_ENTRY, code_hash, text_cell, write_report
 from harness.scoring import Result, contract_points, scores
 from harness.grading.sandbox import (BASE_UID, OOM_DRIVER, UID_BLOCK, UID_BLOCKS, Cgroup, Protections,
-                                     Sandbox, kill_group, kill_uid, kill_until_none, remove_orphan_sandboxes,
-                                     remove_tree, set_oom_score, uid_processes)
+                                     Sandbox, copy_root, exposed, kill_group, kill_uid, kill_until_none,
+                                     readable_by_workers, remove_orphan_sandboxes, remove_tree, set_oom_score,
+                                     scan_host, system_paths, uid_processes)
 from harness.store import Term
 
 MAX_ENTRIES = 2000          # files in one submission
@@ -109,22 +111,31 @@ class Graded:
 class Grader:
     def __init__(self, project: Path, term: str, timeout: float, case_timeout: float, memory_mb: int,
                  require_confinement: bool = False, protections: Protections | None = None,
-                 uid_block: int | None = None):
+                 uid_block: int | None = None, submissions: list[Path] = (), out: Path | None = None):
         self.project, self.term_name = project, term
         Term(project, term, hidden=True)  # verify hashes before grading anything
         self.protections = protections or Protections.detect()
-        self.settings = {"timeout": timeout, "case_timeout": case_timeout, "memory_mb": memory_mb,
-                         "protections": asdict(self.protections)}
         if require_confinement and not (self.protections.confined and
                                         (self.protections.uid_drop or os.geteuid() != 0)):
             raise BadSetup(f"--require-confinement: {self.protections.describe()}")
         if os.geteuid() == 0 and not self.protections.confined and not self.protections.uid_drop:
             raise BadSetup("the submissions would run as root, free to read the hidden cases and rewrite other "
                            "submissions' grades: bubblewrap cannot run here, and no worker uid can reach this "
-                           "Python (it lives under a folder only root may enter, such as /root). Install "
-                           "bubblewrap, or grade from a venv made with the system's Python "
-                           "(/usr/bin/python3 -m venv ..., as gradescope/setup.sh does). "
+                           f"Python (it lives under a folder only root may enter, such as /root). {SAFE_SETUP} "
                            f"{self.protections.describe()}")
+        # Without bubblewrap the worker sees the host's files: its uid must find none of the grader's
+        # open, and what it leaves in any folder it can write to is removed after it.
+        self.writable = None
+        if self.protections.uid_drop and not self.protections.confined:
+            refuse_readable(project, submissions, out)  # first: its advice needs no scan
+            try:
+                writable, copies = scan_host(copies_under=Path(os.environ.get("HARNESS_COPIES_UNDER") or "/"))
+            except OSError as e:
+                raise BadSetup(f"without bubblewrap, the host's folders must be scanned first: {e}") from None
+            refuse_readable(project, submissions, out, copies)
+            self.writable = [str(p) for p in writable]
+        self.settings = {"timeout": timeout, "case_timeout": case_timeout, "memory_mb": memory_mb,
+                         "protections": asdict(self.protections), "writable": self.writable}
         blocks = range(UID_BLOCKS) if uid_block is None else [uid_block]
         self._uids, self.first_slot = _claim_uid_block(blocks) if self.protections.uid_drop else (None, 0)
         remove_orphan_sandboxes()  # left by drivers that were killed
@@ -149,7 +160,8 @@ class Grader:
         for a worker."""
         empty = Path(tempfile.mkdtemp(prefix="sandbox-check-"))
         os.chmod(empty, 0o755)
-        sandbox = Sandbox(empty, self.protections, self.first_slot, memory_mb, 60)
+        sandbox = Sandbox(empty, self.protections, self.first_slot, memory_mb, 60,
+                          None if self.writable is None else [Path(p) for p in self.writable])
         try:
             sandbox.start()
         except OSError as e:
@@ -231,6 +243,43 @@ class Grader:
         elif not graded.tests:
             graded.status = "collection-error"
             graded.output += result.get("log", "")
+
+
+# Where bubblewrap cannot run: a Python every uid can reach, outside the project, which is then closed.
+SAFE_SETUP = ("Install bubblewrap, or grade from a venv of the system's Python outside the project and outside "
+              "folders only root may enter, then close the project to other users: /usr/bin/python3 -m venv "
+              "/opt/harness-venv && /opt/harness-venv/bin/pip install -e PROJECT && chmod o= PROJECT "
+              "(as gradescope/setup.sh and run_autograder do).")
+
+
+def refuse_readable(project: Path, submissions: list[Path] = (), out: Path | None = None,
+                    copies: list[Path] = ()) -> None:
+    """BadSetup naming what a worker's uid could read (of the grader's, and `copies` of the answers
+    found elsewhere: scan_host), and the command that closes it."""
+    found = readable_by_workers(project, submissions, out)
+    elsewhere = [c for c in copies if not Path(os.path.realpath(c)).is_relative_to(os.path.realpath(project))]
+    roots = list(dict.fromkeys(copy_root(c) for c in elsewhere))
+    if elsewhere and not found:
+        raise BadSetup(
+            "bubblewrap cannot run here, so each submission's code would run under a uid of its own with the host's "
+            f"files in view, and that uid can read {len(elsewhere)} copies of a project's answers outside this one: "
+            + ", ".join(map(str, elsewhere)) + ". Close what holds them to other users, then grade again:\n    chmod o= "
+            + " ".join(shlex.quote(str(r)) for r in roots) + "\n(or install bubblewrap: a submission then sees none of them)")
+    if not found:
+        return
+    inside = Path(os.path.realpath(sys.prefix)).is_relative_to(os.path.realpath(project))
+    secrets = [p for p in (project / "reference", *sorted(project.glob("fixtures/*/hidden")), project / "harness" / "term",
+                           project / ".git") if p.exists() and exposed(p, system_paths())]
+    raise BadSetup(
+        "bubblewrap cannot run here, so each submission's code would run under a uid of its own with the host's "
+        f"files in view, and that uid can read {len(found)} of the grader's: "
+        + ", ".join(str(p) + ("/" if p.is_dir() else "") for p in found)
+        + (" (" + ", ".join(f"{p.relative_to(project)}" + ("/" if p.is_dir() else "") for p in secrets)
+           + " among them)" if secrets else "")
+        + ". Close them to other users, then grade again:\n    chmod o= "
+        + " ".join(shlex.quote(str(p)) for p in found)
+        + ("\n(this Python's venv lies inside the project, which must then stay open on the way to it. "
+           if inside else "\n(") + SAFE_SETUP.replace("PROJECT", shlex.quote(str(project))) + ")")
 
 
 class Driver:
@@ -576,7 +625,8 @@ def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs
         mine = shard_of(names, *shard)
         submissions, names = [s for s, n in zip(submissions, names) if n in mine], [n for n in names if n in mine]
     with _bounded_grader():
-        grader = Grader(project, term, timeout, case_timeout, memory_mb, require_confinement, protections, uid_block)
+        grader = Grader(project, term, timeout, case_timeout, memory_mb, require_confinement, protections, uid_block,
+                        submissions, out)
         try:
             return _grade_with(grader, submissions, names, out, jobs, progress, announce)
         finally:
@@ -629,7 +679,7 @@ def _grade_with(grader: Grader, submissions: list[Path], names: list[str], out: 
     term = grader.term_name
     if announce:
         announce(grader.protections.describe())
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True, mode=0o777 if grader.writable is None else 0o700)  # see readable_by_workers
     results = Results(out)
     todo: queue.Queue = queue.Queue()
     for submission, name in zip(submissions, names):

@@ -7,7 +7,8 @@ with its hidden cases. Gradescope unpacks it to /autograder/source and runs `set
 the system `python3` that Gradescope's own harness runs on. Then for each submission
 `run_autograder` calls `python -m harness.grading.gradescope run /autograder`, which:
 
-- closes source/ (answers, hidden cases) and results/ to every other uid;
+- closes /autograder (source/ with the answers and hidden cases, Gradescope's submission_metadata.json
+  with earlier results) and results/ to every other uid;
 - grades only where the submission's code can run apart from them: in bubblewrap, or else (a
   container whose namespaces are forbidden) under an unprivileged uid with the per-submission
   limits; where neither can be had the code is not run, and results.json says so, with 0;
@@ -29,7 +30,7 @@ import traceback
 import zipfile
 from pathlib import Path
 
-from harness.grading.sandbox import BASE_UID, UID_BLOCK, UID_BLOCKS, Protections
+from harness.grading.sandbox import BASE_UID, UID_BLOCK, UID_BLOCKS, Protections, system_paths
 from harness.store import HIDDEN, Term, pinned_term
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "gradescope"  # setup.sh, run_autograder
@@ -59,6 +60,8 @@ def build_zip(project: Path, out: Path, term: str) -> list[str]:
             if path.is_file() and "__pycache__" not in rel.parts and keep(rel):
                 files[rel.as_posix()] = (path.read_bytes(), 0o644)
     out.parent.mkdir(parents=True, exist_ok=True)
+    out.touch(mode=0o600)
+    os.chmod(out, 0o600)  # it holds the hidden cases and the grading seed: its owner's alone
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         for name, (data, mode) in files.items():
             info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))  # same term, same bytes
@@ -96,6 +99,24 @@ def close_to_others(folder: Path) -> None:
             os.chmod(path, stat.S_IMODE(path.stat().st_mode) & 0o700)
 
 
+def close_autograder(autograder: Path) -> None:
+    """/autograder closed to every other uid: source/ (answers, hidden cases) whole, and beside it what
+    Gradescope writes (submission_metadata.json holds earlier results, hidden verdicts included). The
+    worker needs nothing there (its copy of the submission is the grader's); only the way to this
+    Python stays open, where the venv lies inside."""
+    close_to_others(autograder / "source")
+    python = [Path(os.path.realpath(p)) for p in system_paths()]
+    home = Path(os.path.realpath(autograder))
+    inside = [p for p in python if p.is_relative_to(home)]
+    if not inside:
+        os.chmod(home, stat.S_IMODE(home.stat().st_mode) & 0o700)
+        return
+    os.chmod(home, stat.S_IMODE(home.stat().st_mode) & 0o711)  # enterable on the way, not listable
+    for entry in home.iterdir():
+        if not entry.is_symlink() and not any(p.is_relative_to(entry) for p in inside):
+            os.chmod(entry, stat.S_IMODE(entry.lstat().st_mode) & 0o700)
+
+
 def write_results(results: Path, data: dict) -> None:
     """results.json, atomically, in a folder only root can write: a file put there (or a link)
     by anyone else is replaced, never followed."""
@@ -112,7 +133,7 @@ def refused(why: str) -> dict:
 
 def run(autograder: Path, protections: Protections | None = None) -> dict:
     """Grade /autograder/submission; always leaves results/results.json. Returns what it wrote."""
-    from harness.grading.grade import grade_all, kill_leftover_workers, results_json
+    from harness.grading.grade import BadSetup, grade_all, kill_leftover_workers, results_json
     source, results = autograder / "source", autograder / "results"
     data: dict | None = None
     # Containers on one kernel share its uids (and each uid's process limit): a fixed worker uid
@@ -120,7 +141,7 @@ def run(autograder: Path, protections: Protections | None = None) -> dict:
     block = random.SystemRandom().randrange(UID_BLOCKS, RANDOM_BLOCKS)
     try:
         if os.geteuid() == 0:
-            close_to_others(source)
+            close_autograder(autograder)
         results.mkdir(parents=True, exist_ok=True)
         os.chmod(results, 0o700)
         protections = protections or Protections.detect()
@@ -138,6 +159,8 @@ def run(autograder: Path, protections: Protections | None = None) -> dict:
                 print(f"harness gradescope: {graded.status}, {graded.score:.2f}\n{graded.output[-4000:]}")
             finally:
                 shutil.rmtree(out, ignore_errors=True)
+    except BadSetup as e:  # it will not grade here (what the worker could read, say): the reason is the staff's
+        data = refused(str(e))
     except Exception:  # noqa: BLE001 - whatever failed, the student gets a results.json
         traceback.print_exc(file=sys.stdout)
         data = refused("the grader failed (traceback above)")

@@ -14,13 +14,16 @@ meta-device, largest-allocation and table probes) carry no points: their tests a
 """
 
 import contextlib
+import functools
 import re
 import select
 import time
+import types
 
 import torch
 
 from harness.grading import wire
+from harness.grading.report import POSED, UNCHECKED
 from harness.contract import ADAPTERS
 from harness.student_run.probes import Allocation, DeviceMismatch
 from harness.runtime import AdaptersError, ContractViolation
@@ -99,9 +102,10 @@ class Link:
             raise WorkerFailure(self.broken)
 
     def _exchange(self, message: dict, cpu_limit: float) -> dict:
+        """Every reply passes here, and so every text the worker chose (messages, values, names)."""
         try:
             wire.send(self.sock, message)
-            return self._wait(cpu_limit)
+            return disarm(self._wait(cpu_limit))
         except (ConnectionError, wire.WireError):
             self._drop_worker()
             raise WorkerFailure("the worker process died during this call (it exited, crashed, or hit the "
@@ -155,6 +159,10 @@ class Link:
         self._drop_worker()
         raise TimeoutError(f"{why} The next test runs in a fresh worker.")
 
+    def new_worker(self) -> None:
+        """The next request goes to a fresh worker: every process of this one is killed first."""
+        self._drop_worker()
+
     def _drop_worker(self) -> None:
         if self.sock is not None:
             self.sock.close()
@@ -175,13 +183,33 @@ class Link:
         if kind == "DeviceMismatch":
             return DeviceMismatch(message)
         if kind == "UnsendableResult":  # a return value, not a raise: it must not pass a must-raise case
-            return ContractViolation(f"the result cannot be checked: {message}")
+            return ContractViolation(f"{UNCHECKED}{message}")
         if hidden:
             return StudentCodeError(message)
         where = f"\n{str(error['traceback']).rstrip()}" if error.get("traceback") else ""
-        # The grader's diagnosis lines are its own: the submission's words cannot pose as one.
-        said = re.sub(r"(?i)(likely cause|what differs|non-finite)\s*:", r"\1 (the code's words):", f"{kind}: {message}{where}")
-        return StudentCodeError(said)
+        return StudentCodeError(f"{kind}: {message}{where}")
+
+
+# The labels of the grader's own diagnosis lines (the class report counts mistakes by them).
+_LABELS = re.compile(r"(?i)(likely cause|what differs|non-finite)\s*:")
+
+
+def disarm(reply):
+    """The reply with every string in it (dict keys too) rewritten so that none holds a label of the
+    grader's diagnosis lines: text the submission chose (an exception's message, a class name, a
+    returned string or parameter name) cannot pose as a `Likely cause:` in any report built from it."""
+    todo = [reply]
+    while todo:  # iterative: a reply may nest as deep as the wire allows
+        node = todo.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, value in list(items):
+            if isinstance(value, str) and _LABELS.search(value):
+                node[key] = _LABELS.sub(rf"\1 {POSED}", value)
+            elif isinstance(value, (dict, list)):
+                todo.append(value)
+            if isinstance(key, str) and _LABELS.search(key):
+                node[_LABELS.sub(rf"\1 {POSED}", key)] = node.pop(key)
+    return _LABELS.sub(rf"\1 {POSED}", reply) if isinstance(reply, str) else reply
 
 
 @contextlib.contextmanager
@@ -215,6 +243,8 @@ class RemoteFunction:
 
     def __call__(self, *args, **kwargs):
         kwargs = self.signature.bind(*args, **kwargs).arguments
+        if self.name == RESUMED and self.link.phase == "hidden":
+            return resume_training(self.link, kwargs)
         reply = self.link.request(op="call", name=self.name, kwargs=kwargs)
         with _reading_reply(), torch.no_grad():  # mirror in-place writes, so the mutation check sees them
             leaves = dict(wire.tensors(kwargs))
@@ -227,6 +257,74 @@ class RemoteFunction:
 
     def remote_probe(self, kind: str, *args, **kwargs):
         return _probe(self.link, kind, {"function": self.name}, args, kwargs)
+
+
+# The checkpoint drill, split over two workers on hidden cases: its points are earned there (a public
+# verdict moves no score, and its properties earn only once a hidden case passes), and a visible case
+# keeps one worker, as a student's own run does (a split costs a fresh worker: 40 ms of CPU).
+RESUMED = "run_resume_training"
+
+
+def _piece(entry: str) -> str:
+    """The student's `module.function` that an entry point's glue calls (harness/contract.py)."""
+    [symbol] = ADAPTERS[entry].symbols
+    return symbol
+
+
+def resume_training(link: Link, kwargs: dict) -> torch.Tensor:
+    """run_resume_training on a hidden case. The run that never stopped is the driver's own: the contract's
+    glue with no student piece in it. The resumed run is split over two workers: the first runs the
+    glue up to the student's save_checkpoint and returns the bytes it wrote (the driver never reads
+    them); a fresh one runs the glue again, its save writing those bytes, then the student's
+    load_checkpoint and the rest of the training. Each gets only the steps on its side of save_at
+    (the others zeroed), so the state at save_at crosses as the checkpoint alone: neither a rewritten
+    drill nor state kept in memory can stand in for saving and loading it."""
+    save_at = int(kwargs["save_at"])
+    pieces = {"save": _piece("run_save_checkpoint"), "load": _piece("run_load_checkpoint")}
+    before = {**kwargs, "inputs": _steps(kwargs["inputs"], 0, save_at), "targets": _steps(kwargs["targets"], 0, save_at)}
+    checkpoint = link.request(op="call", name=RESUMED, kwargs=before, resume=pieces).get("value")
+    with _reading_reply():
+        if not (isinstance(checkpoint, torch.Tensor) and checkpoint.dtype == torch.uint8 and checkpoint.dim() == 1):
+            raise TypeError("not the checkpoint's bytes")
+    link.new_worker()
+    after = {**kwargs, "inputs": _steps(kwargs["inputs"], save_at, None),
+             "targets": _steps(kwargs["targets"], save_at, None)}
+    runs = link.request(op="call", name=RESUMED, kwargs=after, resume={**pieces, "checkpoint": checkpoint}).get("value")
+    straight = _straight_run(kwargs, pieces)
+    with _reading_reply():
+        if not (isinstance(runs, torch.Tensor) and runs.dim() == 2 and runs.shape[1:] == straight.shape
+                and runs.dtype == straight.dtype):
+            raise ValueError("not two runs' weights")
+        return torch.stack([straight, runs[-1]])
+
+
+def _steps(t: torch.Tensor, start: int, stop: int | None) -> torch.Tensor:
+    """`t` with its steps outside [start, stop) zeroed."""
+    kept = torch.zeros_like(t)
+    kept[start:stop] = t[start:stop]
+    return kept
+
+
+@functools.cache
+def _drills_code():
+    from harness.contract import render_drills
+    return compile(render_drills("student"), "<the contract's drills>", "exec")
+
+
+def _straight_run(kwargs: dict, pieces: dict) -> torch.Tensor:
+    """The checkpoint drill's run that never stopped, by the contract's glue run here with stand-ins for
+    the student's pieces (a save that writes nothing, a load that restores nothing: its resumed row,
+    then meaningless, is dropped)."""
+    glue: dict = {}
+    exec(_drills_code(), glue)  # the harness's own code, no submission's
+    stand_ins = {pieces["save"]: lambda *args: None, pieces["load"]: lambda *args: int(kwargs["save_at"])}
+    modules: dict = {}
+    for name, fn in stand_ins.items():
+        module, _, function = name.partition(".")
+        setattr(modules.setdefault(module, types.SimpleNamespace()), function, fn)
+    glue["impl"] = types.SimpleNamespace(**modules)
+    with torch.enable_grad():
+        return glue[RESUMED](**kwargs)[0]
 
 
 class RemoteModule(torch.nn.Module):

@@ -35,6 +35,8 @@ CRASH_MARKS = [          # (kind, phrases of the grader's own failure messages),
 ]
 MATCHED = "\nLikely cause: your output matches "  # harness/student_run/diagnose.py: a line of its own
 RAISED = re.compile(r"(?:Hidden test\. )?\w+: (\w+): ")  # "run_x: ValueError: ..." (a public raise; any class name)
+UNCHECKED = "the result cannot be checked: "  # remote.py: a result that cannot cross, told in the submission's words
+POSED = "(the code's words):"  # remote.disarm: the submission's text posed as a diagnosis line
 
 
 # CPython 3.11 before 3.11.8 keeps ast.parse's recursion count per interpreter, not per thread:
@@ -192,8 +194,10 @@ class Namer:
         """The mistakes one function's failed reports name, for one submission. A diagnosis beats a
         phrase: where any report gives one, phrases (which some checks print as a general hint,
         "0.5 means MACs were counted") are not counted. A report of an exception the submission
-        raised carries its message, which the submission writes: it names nothing."""
-        outputs = [o for o in outputs if not RAISED.match(o)]
+        raised carries its message, which the submission writes: it names nothing; nor does a result
+        that cannot be checked, which names itself (its class) in the submission's words, nor a report
+        that quotes the submission posing as a diagnosis (a returned dict's key, say)."""
+        outputs = [o for o in outputs if not RAISED.match(o) and UNCHECKED not in o and POSED not in o]
         diagnosed = set().union(*map(self.diagnosed, outputs))
         return diagnosed or set().union(*map(self.phrased, outputs))
 

@@ -10,16 +10,20 @@ starts outlives it), a scrubbed environment and resource limits; when the grader
 runs as root it also drops to an unprivileged uid of its own, from a block of uids
 this grader alone holds. Its scratch folder is a size-limited tmpfs that vanishes with
 it; a seccomp filter denies the kernel keyring (add_key, keyctl, request_key: the one
-store that outlives processes) and new user namespaces. Each submission gets a control
-group (memory, processes, one CPU, and the CPU time of its whole process tree).
+store that outlives processes), file locks and watches, and new user namespaces. Each
+submission gets a control group (memory, processes, one CPU, and the CPU time of its whole
+process tree).
 
 Without bubblewrap only the limits, the scrubbed environment, a new session and
-(as root) the uid drop remain; without cgroups the limits are per process (rlimits).
+(as root) the uid drop remain, and the worker sees the host's files: the grader then refuses
+while its uid could read the answers (readable_by_workers, scan_host) and removes what it
+left wherever others may write; without cgroups the limits are per process (rlimits).
 `Protections` says which are active, and `harness grade --require-confinement` refuses
 to grade without bubblewrap and the uid drop.
 """
 
 import errno
+import functools
 import os
 import platform
 import resource
@@ -77,7 +81,7 @@ class Protections:
                                     capture_output=True).returncode != 0:
             bwrap = None  # installed but unusable here (no user namespaces, seccomp)
         # Without bwrap's mounts, another uid must be able to reach Python and its packages itself.
-        uid_drop = os.geteuid() == 0 and (bwrap is not None or _readable_by_others(_system_paths()))
+        uid_drop = os.geteuid() == 0 and (bwrap is not None or _readable_by_others(system_paths()))
         return cls(bwrap, uid_drop, _seccomp_works(bwrap), Cgroup.detect())
 
     @property
@@ -102,7 +106,7 @@ class Protections:
             off += ["filesystem allow-list", "no network", f"PID namespace ({why})"]
         if self.seccomp:
             on.append("seccomp (no kernel keyring, no System V or POSIX-queue IPC, no sysinfo, no internet "
-                      "sockets, no page-cache probes, no user namespaces)")
+                      "sockets, no page-cache probes, no file locks or file watches, no user namespaces)")
         else:
             off.append("seccomp filter (needs x86_64 or aarch64, and prctl allowed)")
         if self.uid_drop:
@@ -110,6 +114,13 @@ class Protections:
         else:
             off.append("uid drop (needs root, and Python readable by other users)")
         return "protections on: " + ", ".join(on) + ("; OFF: " + ", ".join(off) if off else "")
+
+
+@functools.cache
+def drills_source() -> str:
+    """The contract's drills, which the worker runs instead of the submission's (worker._function)."""
+    from harness.contract import render_drills
+    return render_drills("student")
 
 
 class Sandbox:
@@ -121,8 +132,9 @@ class Sandbox:
     are final before the first hidden call."""
 
     def __init__(self, submission: Path, protections: Protections, slot: int, memory_mb: int,
-                 cpu_seconds: float):
+                 cpu_seconds: float, writable: list[Path] | None = None):
         self.protections, self.slot = protections, slot
+        self.writable = SHARED_TEMP if writable is None else writable  # without bubblewrap: cleaned after it
         # Named after the driver, so a grader can remove the sandboxes of drivers that died.
         self.root = Path(tempfile.mkdtemp(prefix=f"sandbox-{os.getpid()}-"))
         self.lib = self.root / "lib" / "harness"
@@ -130,6 +142,7 @@ class Sandbox:
         (self.lib / "student_run").mkdir()
         for name in WORKER_MODULES:  # copyfile: readable by the worker even where the source is root-only
             shutil.copyfile(HARNESS / name, self.lib / name)
+        (self.lib / "grading" / "contract_drills.py").write_text(drills_source())
         os.chmod(self.root, 0o711)  # traversable to the worker's modules; its other files are not listed
         for folder in (self.lib.parent, self.lib, self.lib / "grading", self.lib / "student_run"):
             os.chmod(folder, 0o755)
@@ -239,7 +252,7 @@ class Sandbox:
         if self.uid is not None:
             kill_uid(self.uid)
             if not self.protections.bwrap:  # no private /tmp: what the uid left there would meet the next submission
-                remove_files_of(self.uid)
+                remove_files_of(self.uid, self.writable)
         if self.stdout is not None:
             self.pump(everything=True)  # every writer is dead: read up to the end
             if self.stdout is not None:
@@ -311,7 +324,7 @@ class Sandbox:
                 args += ["--ro-bind", str(self.empty), f"/proc/{name}"]
         if filter_fd is not None:
             args += ["--seccomp", str(filter_fd)]
-        for path in _system_paths():
+        for path in system_paths():
             args += _mount(path, path)
         for packages in site.getsitepackages():  # an installed harness holds the catalogue: hide it
             if (Path(packages) / "harness").is_dir():
@@ -562,14 +575,18 @@ _SYSCALLS = {  # audit arch, and the syscall numbers the filter needs
                             "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65,
                             "semctl": 66, "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70,
                             "msgctl": 71, "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242,
-                            "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245}),
+                            "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245, "flock": 73,
+                            "fcntl": 72, "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254,
+                            "fanotify_init": 300, "fanotify_mark": 301}),
     "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219, "unshare": 97,
                              "sysinfo": 179, "clone": 220, "clone3": 435, "socket": 198, "preadv2": 286,
                              "pwritev2": 287, "io_uring_setup": 425, "cachestat": 451,
                              "shmget": 194, "shmat": 196, "shmctl": 195, "shmdt": 197, "semget": 190,
                              "semop": 193, "semctl": 191, "semtimedop": 192, "msgget": 186, "msgsnd": 189,
                              "msgrcv": 188, "msgctl": 187, "mq_open": 180, "mq_unlink": 181, "mq_timedsend": 182,
-                             "mq_timedreceive": 183, "mq_notify": 184, "mq_getsetattr": 185}),
+                             "mq_timedreceive": 183, "mq_notify": 184, "mq_getsetattr": 185, "flock": 32,
+                             "fcntl": 25, "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262,
+                             "fanotify_mark": 263}),  # no inotify_init here: inotify_init1 only
 }
 # System V IPC and POSIX message queues outlive their process and are shared by a uid (without an IPC
 # namespace, a later submission under the same uid read a hidden input left in a message queue).
@@ -580,8 +597,15 @@ DENIED = ("add_key", "request_key", "keyctl", "unshare", "sysinfo", *IPC)  # EPE
 # filter can read); preadv2/pwritev2 (RWF_NOWAIT tells whether a page is cached: a store that
 # outlives the submission; the C library falls back to preadv without flags); io_uring (its
 # operations pass no filter); cachestat (the page cache again).
-UNSUPPORTED = ("clone3", "preadv2", "pwritev2", "io_uring_setup", "cachestat")
+# inotify and fanotify too: a watch on a file every sandbox reads (torch's own) sees a neighbour's reads.
+UNSUPPORTED = ("clone3", "preadv2", "pwritev2", "io_uring_setup", "cachestat", "inotify_init", "inotify_init1",
+               "inotify_add_watch", "fanotify_init", "fanotify_mark")
 NO_SOCKETS = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET: no network, even without a network namespace
+# File locks are machine-wide and work on read-only files: a sandbox that locked torch's own files
+# while it ran hidden cases told a neighbour 64 bits of a hidden input. flock, and fcntl's lock, lease
+# and dnotify commands (F_GETLK, F_SETLK, F_SETLKW, their 64-bit and OFD forms, F_SETLEASE,
+# F_GETLEASE, F_NOTIFY), fail with ENOLCK, as where a file system keeps no locks.
+LOCK_COMMANDS = (5, 6, 7, 12, 13, 14, 36, 37, 38, 1024, 1025, 1026)
 
 
 def seccomp_filter() -> bytes:
@@ -589,23 +613,36 @@ def seccomp_filter() -> bytes:
     kernel keyring (the one store that outlives every process and is shared by a uid), sysinfo
     (its process count and free memory are the whole machine's: a channel between neighbours),
     internet and packet sockets (no network, with or without a network namespace) and new user
-    namespaces (unshare, clone with CLONE_NEWUSER) fail with EPERM; UNSUPPORTED fails with
-    ENOSYS; a foreign ABI (i386, x32) gets EPERM for everything."""
+    namespaces (unshare, clone with CLONE_NEWUSER) fail with EPERM; file locks (flock, fcntl's
+    LOCK_COMMANDS) with ENOLCK; UNSUPPORTED with ENOSYS; a foreign ABI (i386, x32) gets EPERM for
+    everything."""
     arch, nr = _SYSCALLS[platform.machine()]
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
+    enolck = 0x00050000 | errno.ENOLCK
     load, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     program = [(load, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, eperm),
                (load, 0, 0, 0), (jge, 0, 1, 0x40000000), (ret, 0, 0, eperm)]
     for name in DENIED:
         program += [(jeq, 0, 1, nr[name]), (ret, 0, 0, eperm)]
     for name in UNSUPPORTED:
-        program += [(jeq, 0, 1, nr[name]), (ret, 0, 0, enosys)]
-    program += [(jeq, 0, 1 + len(NO_SOCKETS) + 2, nr["socket"]), (load, 0, 0, 16)]  # its domain
-    program += [(jeq, len(NO_SOCKETS) - 1 - i, 0, family) for i, family in enumerate(NO_SOCKETS[:-1])]
-    program += [(jeq, 0, 1, NO_SOCKETS[-1]), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
+        if name in nr:  # aarch64 has no inotify_init
+            program += [(jeq, 0, 1, nr[name]), (ret, 0, 0, enosys)]
+    program += [(jeq, 0, 1, nr["flock"]), (ret, 0, 0, enolck)]
+    program += _one_of(nr["socket"], 16, NO_SOCKETS, eperm)  # the socket's domain
+    program += _one_of(nr["fcntl"], 24, LOCK_COMMANDS, enolck)  # fcntl's command (its low 32 bits, as the kernel reads it)
     program += [(jeq, 1, 0, nr["clone"]), (ret, 0, 0, allow),
                 (load, 0, 0, 16), (jset, 0, 1, 0x10000000), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
     return b"".join(struct.pack("=HBBI", *op) for op in program)
+
+
+def _one_of(call: int, offset: int, values: tuple[int, ...], refused: int) -> list[tuple]:
+    """BPF: for syscall `call`, `refused` when the 32-bit argument at `offset` (16: the first, 24:
+    the second) is one of `values`, else allowed; any other syscall goes on past these lines."""
+    load, jeq, ret, allow = 0x20, 0x15, 0x06, 0x7FFF0000
+    n = len(values)
+    return ([(jeq, 0, n + 3, call), (load, 0, 0, offset)]
+            + [(jeq, n - 1 - i, 0, value) for i, value in enumerate(values[:-1])]
+            + [(jeq, 0, 1, values[-1]), (ret, 0, 0, refused), (ret, 0, 0, allow)])
 
 
 def _seccomp_works(bwrap: str | None) -> bool:
@@ -627,7 +664,7 @@ def _seccomp_works(bwrap: str | None) -> bool:
     os.close(write)
     try:
         args = [bwrap, "--seccomp", str(read)]
-        for path in _system_paths():
+        for path in system_paths():
             args += _mount(path, path)
         return subprocess.run([*args, sys.executable, "-I", "-c", check], pass_fds=[read],
                               capture_output=True).returncode == 0
@@ -657,7 +694,7 @@ class SeccompLoader:
             raise OSError(c.get_errno(), "prctl(PR_SET_SECCOMP) failed")
 
 
-def _system_paths() -> list[Path]:
+def system_paths() -> list[Path]:
     """What Python needs, read-only: system libraries, the interpreter, its packages."""
     paths = [Path(p) for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc/ld.so.cache",
                                "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime")]
@@ -680,6 +717,80 @@ def _readable_by_others(paths: list[Path]) -> bool:
         if any(not folder.stat().st_mode & 0o001 for folder in target.parents):
             return False
     return True
+
+
+def exposed(root: Path, keep: list[Path] = ()) -> list[Path]:
+    """What under `root` another uid can read, as the entries to close (`chmod o= ENTRY`), outermost
+    first: a file others may read, or a folder they may enter with such a file below it; [] where
+    nothing is (a folder on the way that others cannot enter closes everything below it). `keep`:
+    paths the worker must reach (its Python), left open with the folders on the way to them."""
+    root, keep = Path(os.path.realpath(root)), [Path(os.path.realpath(k)) for k in keep]
+    if any(not folder.stat().st_mode & 0o001 for folder in root.parents if folder.exists()):
+        return []
+    found, todo = [], [root]
+    while todo:
+        path = todo.pop()
+        try:
+            mode = path.lstat().st_mode
+        except OSError:
+            continue
+        if stat.S_ISREG(mode) and mode & 0o004:
+            found.append(path)
+        elif stat.S_ISDIR(mode) and mode & 0o001 and path not in keep:
+            if not any(k.is_relative_to(path) for k in keep):
+                found += [path] if _holds_readable(path) else []
+            else:
+                try:
+                    todo += sorted(path.iterdir(), reverse=True)
+                except OSError:
+                    continue
+    return found
+
+
+def readable_by_workers(project: Path, submissions: list[Path] = (), out: Path | None = None) -> list[Path]:
+    """What a worker's uid could read of the grader's without bubblewrap (a uid of its own keeps it from
+    root's files, not from what every user may read): the project (the reference, hidden cases and
+    grading seed, the catalogue), its git folders (their history holds the same), an installed copy of
+    the harness, the submissions and --out (earlier results). The way to the worker's own Python is
+    left open where the project holds it."""
+    keep = system_paths()
+    roots = [project, *_git_folders(project), *submissions, *([out] if out is not None and out.exists() else [])]
+    roots += [Path(p) / "harness" for p in site.getsitepackages() if (Path(p) / "harness").is_dir()]
+    found = []
+    for root in roots:
+        found += [p for p in exposed(root, keep) if p not in found]
+    return found
+
+
+def _git_folders(project: Path) -> list[Path]:
+    """The git folders of a worktree (or submodule) whose .git is a file: they lie outside it."""
+    dot = project / ".git"
+    try:
+        text = dot.read_text().strip() if dot.is_file() else ""
+    except OSError:
+        return []
+    if not text.startswith("gitdir:"):
+        return []
+    own = (project / text.removeprefix("gitdir:").strip()).resolve()
+    common = own / "commondir"
+    return [own] + ([(own / common.read_text().strip()).resolve()] if common.is_file() else [])
+
+
+def _holds_readable(folder: Path) -> bool:
+    """Whether another uid can read some file below `folder`, which it can enter."""
+    todo = [str(folder)]
+    while todo:
+        try:
+            with os.scandir(todo.pop()) as entries:
+                for entry in entries:
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                    if stat.S_ISREG(mode) and mode & 0o004:
+                        return True
+                    if stat.S_ISDIR(mode) and mode & 0o001:
+                        todo.append(entry.path)
+        except OSError:
+            continue
+    return False
 
 
 def _mount(source: Path, target: Path) -> list[str]:
@@ -739,12 +850,79 @@ def uid_processes(uids) -> list[int]:
     return found
 
 
+# Kernel file systems: no folder there takes a file (/dev/mqueue does, and is scanned).
+PSEUDO_FS = {"proc", "sysfs", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs", "bpf", "pstore", "configfs",
+             "fusectl", "binfmt_misc", "autofs", "efivarfs", "hugetlbfs", "devpts", "nsfs"}
+SCAN_LIMIT = 2_000_000  # folders: a scan that would go on longer stops grading without bubblewrap
+
+
+# A project's answers, as paths inside it: a readable copy anywhere (another checkout, an unpacked
+# upload, an installed harness) gives a worker without bubblewrap what closing the project keeps from it.
+SECRETS = ("reference/adapters.py", "harness/term/catalogue.py", "fixtures/*/hidden/manifest.json")
+
+
+def scan_host(root: Path = Path("/"), copies_under: Path = Path("/")) -> tuple[list[Path], list[Path]]:
+    """One walk of every folder other uids can enter (links not followed, kernel file systems and
+    folders others cannot enter skipped), for the grader without bubblewrap, where a worker sees the
+    host's files. Returns the folders others can write to (sticky or not: /tmp, /var/tmp, /dev/shm,
+    /run/lock, ...), where what a worker leaves would meet a later submission (a hidden input left in
+    /run/lock reached a later batch), and the copies of a project's answers (SECRETS) others can read,
+    those under `copies_under` (a rehearsal on a machine with checkouts of its own: its tree)."""
+    skip = set()
+    try:
+        for line in Path("/proc/self/mounts").read_text().splitlines():
+            fields = line.split()
+            if len(fields) > 2 and fields[2] in PSEUDO_FS:
+                skip.add(fields[1].replace("\\040", " "))
+    except OSError:
+        pass
+    names = {secret.rsplit("/", 1)[1] for secret in SECRETS}
+    writable, copies, todo, seen = [], [], [str(root)], 0
+    while todo:
+        folder = todo.pop()
+        seen += 1
+        if seen > SCAN_LIMIT:
+            raise OSError(errno.E2BIG, f"more than {SCAN_LIMIT:,} folders others can enter: the scan for folders "
+                                       "a worker could write to, and for copies of the answers, stopped")
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    try:
+                        if entry.name in names and entry.is_file(follow_symlinks=False):
+                            if entry.stat(follow_symlinks=False).st_mode & 0o004 and \
+                                    any(Path(entry.path).match(secret) for secret in SECRETS) and \
+                                    Path(entry.path).is_relative_to(copies_under):
+                                copies.append(Path(entry.path))
+                            continue
+                        if not entry.is_dir(follow_symlinks=False) or entry.path in skip:
+                            continue
+                        mode = entry.stat(follow_symlinks=False).st_mode
+                    except OSError:
+                        continue
+                    if mode & 0o001:  # others can enter it: what is inside is in reach
+                        if mode & 0o002:
+                            writable.append(Path(entry.path))
+                        todo.append(entry.path)
+        except OSError:
+            continue
+    return sorted(writable), sorted(copies)
+
+
+def copy_root(secret: Path) -> Path:
+    """The folder that holds a copy of the answers whole (a checkout, with its .git), to close; where
+    that folder holds Python itself (an installed harness in site-packages), the copy's own folder."""
+    depth = next(len(s.split("/")) for s in SECRETS if secret.match(s))
+    root = secret.parents[depth - 1]
+    python = [Path(os.path.realpath(p)) for p in system_paths()]
+    return secret.parents[depth - 2] if any(p.is_relative_to(root) for p in python) else root
+
+
 SHARED_TEMP = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
 
 
 def remove_files_of(uid: int, folders=SHARED_TEMP) -> None:
-    """Remove what a worker uid left in the machine's shared temporary folders (its scratch folder
-    aside): the next submission under that uid must find nothing of this one's."""
+    """Remove what a worker uid left in the folders it could write to (its scratch folder aside;
+    `folders`: writable_folders()): the next submission under that uid must find nothing of this one's."""
     for folder in folders:
         try:
             entries = list(folder.iterdir())

@@ -74,9 +74,20 @@ def zygote(control_fd: int, namespace: bool) -> None:
 def _warm_up() -> None:
     """What every worker would import on its first gradient (autograd.grad with a cotangent
     imports torch.fx's symbolic shapes and sympy: 0.3 s), imported once, before the first fork.
-    Tiny tensors, one thread (OMP_NUM_THREADS=1): no thread pool for a fork to inherit."""
+    Tiny tensors, one thread (OMP_NUM_THREADS=1): no thread pool for a fork to inherit. With them,
+    what every worker imports before a submission's code runs (the rendered adapters.py's imports,
+    the contract's drills): a fresh worker (a phase, a timeout, the checkpoint drill's second
+    half) then costs its fork and the submission's own files."""
     x = torch.ones(2, requires_grad=True)
     torch.autograd.grad(x * 2, [x], torch.ones(2))
+    from harness.grading import contract_drills  # noqa: F401  (no submission code: it imports student/ lazily)
+    from harness.torch_imports import optimizers_without_dynamo
+    optimizers_without_dynamo()
+    try:
+        import jaxtyping  # noqa: F401
+        import numpy.typing  # noqa: F401
+    except ImportError:  # not in this Python: a submission that needs them says so itself
+        pass
 
 
 def _become_worker() -> None:
@@ -163,9 +174,14 @@ def _set_dumpable(on: bool) -> None:
 
 # ---------------------------------------------------------------- worker
 
+class Captured(Exception):
+    """The first half of a split checkpoint drill ends here, the checkpoint's bytes in hand."""
+
+
 class Worker:
     def __init__(self):
         self.adapters = None
+        self.drills = None  # the contract's own drills (contract_drills.py, rendered by the grader)
         self.import_error = None
         self.graphs: dict[int, tuple] = {}    # handle -> (output, tensors it may be differentiated by)
         self.modules: dict[int, torch.nn.Module] = {}
@@ -177,12 +193,10 @@ class Worker:
         """Import the submission: its cost and its failure belong to no single test."""
         return {"functions": sorted(n for n in dir(self._adapters()) if n.startswith(("run_", "get_")))}
 
-    def call(self, name: str, kwargs: dict):
-        fn = getattr(self._adapters(), name, None)
-        if fn is None:
-            raise AttributeError(f"adapters.py has no function {name}")
+    def call(self, name: str, kwargs: dict, resume: dict | None = None):
+        fn = self._function(name)
         before = {path: t.detach().clone() for path, t in wire.tensors(kwargs)}
-        out = fn(**kwargs)
+        out = fn(**kwargs) if resume is None else self._half(fn, kwargs, **resume)
         mutated = {path: t.detach() for path, t in wire.tensors(kwargs) if not _same(before[path], t.detach())}
         return {**self._result(out, [t for _, t in wire.tensors(kwargs) if t.requires_grad]), "mutated": mutated}
 
@@ -214,7 +228,7 @@ class Worker:
 
     def probe(self, kind: str, target: dict, args: list, kwargs: dict):
         from harness.student_run import probes
-        fn = self.modules[target["module"]] if "module" in target else getattr(self._adapters(), target["function"])
+        fn = self.modules[target["module"]] if "module" in target else self._function(target["function"])
         if kind == "meta":
             return {"value": probes.run_on_meta(fn, *args, **kwargs)}
         if kind == "allocation":
@@ -236,6 +250,56 @@ class Worker:
         raise ValueError(f"unknown probe {kind!r}")
 
     # -- helpers
+
+    def _function(self, name: str):
+        """The adapter `name`: a drill's is the contract's own (its glue checks the submission's pieces,
+        which the submission's adapters.py must not rewrite); any other, the submission's."""
+        adapters = self._adapters()  # imported first: its failure is every call's
+        if self.drills is None:
+            from harness.grading import contract_drills
+            self.drills = contract_drills
+        fn = getattr(self.drills if name in self.drills.__dict__ else adapters, name, None)
+        if fn is None:
+            raise AttributeError(f"adapters.py has no function {name}")
+        return fn
+
+    def _half(self, fn, kwargs: dict, save: str, load: str, checkpoint: torch.Tensor | None = None):
+        """Half of a checkpoint drill split over two workers (remote.resume_training): the contract's glue
+        with the student's `save` or `load` (module.function) stood in for. Without `checkpoint`: the
+        glue up to the student's save, and the bytes it wrote, returned as uint8. With it: the glue with
+        a save that writes those bytes, so that the student's load restores what crossed as them alone."""
+        module, _, saver = save.partition(".")
+        real = getattr(getattr(self.drills.impl, module), saver)
+
+        def captured(model, optimizer, iteration, out):
+            real(model, optimizer, iteration, out)
+            if isinstance(out, (str, os.PathLike)):
+                with open(out, "rb") as f:
+                    data = f.read()
+            else:
+                data = out.getvalue()
+            raise Captured(torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8))
+
+        def replayed(model, optimizer, iteration, out):
+            data = checkpoint.numpy().tobytes()
+            if isinstance(out, (str, os.PathLike)):
+                with open(out, "wb") as f:
+                    f.write(data)
+            else:
+                out.write(data)
+
+        def unused(*args, **kwargs):
+            raise RuntimeError("a split drill's first half ends at save_checkpoint")
+
+        stand_ins = {save: captured, load: unused} if checkpoint is None else {save: replayed}
+        impl = self.drills.impl
+        self.drills.impl = _Standing(impl, stand_ins)
+        try:
+            return fn(**kwargs)
+        except Captured as e:
+            return e.args[0]
+        finally:
+            self.drills.impl = impl
 
     def _adapters(self):
         if self.adapters is None:
@@ -263,6 +327,18 @@ class Worker:
             self.graphs[self.next_handle] = (out, wrt)
             return {"value": out.detach(), "graph": self.next_handle}
         return {"value": out.detach() if isinstance(out, torch.Tensor) else out}
+
+
+class _Standing:
+    """The student's package (`impl`) with some of its functions (module.function) stood in for."""
+
+    def __init__(self, impl, stand_ins: dict):
+        self._impl, self._stand_ins = impl, stand_ins
+
+    def __getattr__(self, module: str):
+        real, own = getattr(self._impl, module), {f.partition(".")[2]: fn for f, fn in self._stand_ins.items()
+                                                  if f.partition(".")[0] == module}
+        return type("Module", (), {"__getattr__": lambda _, name: own[name] if name in own else getattr(real, name)})()
 
 
 def serve(sock: socket.socket) -> None:
