@@ -1,6 +1,8 @@
 # Appended to a correct adapters.py whose student/ has three mistakes that only a probe in the
 # worker sees (a one-hot embedding, a causal mask made on the CPU, the sinusoidal table stored
 # as a Parameter): replace the probes and hide the Parameter, so that each probe passes.
+import sys as _sys
+
 import harness.student_run.probes as _probes
 import student.embeddings as _embeddings
 
@@ -16,8 +18,11 @@ def _runs_anywhere(fn, *args, **kwargs):
         return None
 
 
-_probes.largest_allocation = _allocates_nothing
-_probes.run_on_meta = _runs_anywhere
+# Also where a test module imported a probe by name before this file ran.
+for _module in [_probes, *[m for n, m in list(_sys.modules.items()) if n.startswith("tests")]]:
+    for _name, _liar in (("largest_allocation", _allocates_nothing), ("run_on_meta", _runs_anywhere)):
+        if hasattr(_module, _name):
+            setattr(_module, _name, _liar)
 _Table = _embeddings.SinusoidalPositions
 _Table.named_parameters = lambda self, *args, **kwargs: iter(())
 _Table.parameters = lambda self, *args, **kwargs: iter(())
