@@ -114,6 +114,9 @@ VARIANTS: dict[str, Variant] = {}
 
 def register(name: str, title: str, *, mistake: int | None = None, correct: bool = False,
              hint: str = "", named_by: str = "", **patches):
+    if name in VARIANTS:  # a second registration would replace the first and renumber MISTAKES.md silently
+        raise ValueError(f"variant {name!r} is registered twice ({VARIANTS[name].title!r} and {title!r}): "
+                         "choose a new name for the new one")
     patches = {k.replace("__", "."): v for k, v in patches.items()}
     VARIANTS[name] = Variant(name, title, mistake, correct, patches, hint, named_by)
 
@@ -1452,7 +1455,8 @@ def _embed_cpu_positions(token_weights, position_weights, token_ids):
         pos = emb.sinusoidal_positions(token_weights.shape[1], positions.to(token_ids.device))
     else:
         pos = emb.learned_positions(position_weights, positions)
-    return emb.embedding_lookup(token_weights, token_ids) + pos
+    tokens = emb.embedding_lookup(token_weights, token_ids)  # a 16-bit table: the sum rounded once, in its dtype
+    return (tokens.to(torch.promote_types(tokens.dtype, pos.dtype)) + pos).to(tokens.dtype)
 
 
 register("cpu_index_on_device_table", "default positions made with torch.arange(seq) on the CPU index device tables",

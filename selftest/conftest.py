@@ -27,6 +27,10 @@ def pytest_configure(config):
     per worker that runs any of its tests."""
     if getattr(config.option, "dist", "no") == "load":
         config.option.dist = "loadfile"
+    # The student suite's 60 s per test is for one function's case; a selftest that grades a batch (two
+    # graders side by side) takes minutes on a loaded 2-core machine. A hang still fails, later.
+    if "--case-timeout" not in " ".join(config.invocation_params.args):
+        config.option.case_timeout = 900.0
 
 
 def run_suite(*args: str) -> SuiteRun:

@@ -206,6 +206,29 @@ def test_a_constant_factor_is_named_by_its_own_number(factor, said):
     assert text.endswith(said) and "sqrt(25)" not in text and "sqrt(4)" not in text, text
 
 
+def test_an_all_zero_output_is_said_and_crashes_nothing():
+    """Clipping whose fp16 norm overflowed writes zeros: the report crashed dividing by the zero scale (blind trial)."""
+    from harness.student_run.diagnose import heuristic
+    expected = torch.randn(3, 5, generator=torch.Generator().manual_seed(1))
+    assert heuristic(torch.zeros(3, 5), expected, 1e-5, 1e-4) == \
+        "every value of your output is 0, where the expected values are not"
+
+
+@pytest.mark.parametrize("axes, blamed", [(["seq", "d_model"], True), (["queries", "d_v"], True),
+                                          (["steps", "total"], False), (["axis 0", "axis 1"], False)])
+def test_position_patterns_are_blamed_on_positions_only_along_a_sequence(axes, blamed):
+    """AdamW decaying without lr is right at step 0 of a [steps, total] trajectory: 'only position 0 is
+    right ... its rotation or position vector' sent a blind tester to RoPE for an optimizer bug."""
+    from harness.student_run.diagnose import heuristic
+    expected = torch.randn(6, 4, generator=torch.Generator().manual_seed(2))
+    actual = expected.clone()
+    actual[1:] += 1.0
+    text = heuristic(actual, expected, 1e-5, 1e-4, axes=axes) or ""
+    assert ("only position 0 is right" in text) == blamed, text
+    shifted = torch.cat([expected[1:], expected[:1]])
+    assert ("shifted by one position" in (heuristic(shifted, expected, 1e-5, 1e-4, axes=axes) or "")) == blamed
+
+
 def test_a_match_at_zero_error_reads_exactly():
     from harness.student_run.diagnose import match_evidence
     actual = torch.arange(6.0)

@@ -1,6 +1,7 @@
 """MISTAKES.md, the numbered list of known mistakes, lives in the repository and is
 generated from reference/variants.py: it cannot drift from the variants the selftest runs."""
 
+import pytest
 import re
 from types import SimpleNamespace
 
@@ -43,3 +44,13 @@ def test_a_mistake_added_last_is_listed_under_its_functions_unit():
     assert f"- **{number}. a late lookup mistake** (`late_lookup`)" in sections[UNITS[0].title]
     assert [title for title in sections if title != "Correct alternatives"] == \
         [u.title for u in UNITS if u.title in sections], "units in the order of UNITS"
+
+
+def test_a_variant_registered_twice_is_refused():
+    """A TA reusing a name replaced mistake 19 and renumbered about 100 others, and every check passed."""
+    from reference import variants
+    name = next(iter(variants.VARIANTS))
+    before = dict(variants.VARIANTS)
+    with pytest.raises(ValueError, match="registered twice"):
+        variants.register(name, "a second mistake under the first one's name")
+    assert variants.VARIANTS == before

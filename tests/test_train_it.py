@@ -39,7 +39,9 @@ def test_resumed_trajectory_is_the_uninterrupted_one(adapters, term):
             f"case {case.name!r}: your AdamW resumed from its state_dict() before step {resume_at} "
             f"differs from the uninterrupted run {first_difference(resumed, straight)}. load_state_dict() must "
             "restore everything step() reads: m, v and each parameter's step count, kept in self.state[p] "
-            "(an attribute such as self.t is not in the state_dict).")
+            "(an attribute such as self.t is not in the state_dict). State kept in another dtype than its "
+            "parameter's (float64 moments for float32 weights) comes back cast: torch's "
+            "Optimizer.load_state_dict() casts floating-point state to the parameter's dtype.")
 
 
 @adapter("run_train_tiny_lm")

@@ -80,6 +80,13 @@ def _warm_up() -> None:
     half) then costs its fork and the submission's own files."""
     x = torch.ones(2, requires_grad=True)
     torch.autograd.grad(x * 2, [x], torch.ones(2))
+    # The meta-device probe's first ops set up torch's Python meta kernels (refs, prims): a second of CPU
+    # under load, which a worker's case_timeout would charge to the submission.
+    from harness.torch_imports import meta_kernels_lean
+    with meta_kernels_lean():
+        q = torch.ones(1, 2, 3, 4, device="meta")
+        scores = (q @ q.transpose(-1, -2) * 0.5).masked_fill(torch.ones(3, 3, dtype=torch.bool, device="meta"), 0)
+        torch.softmax(scores + torch.arange(3, device="meta"), dim=-1).sum(-1).sqrt()
     from harness.grading import contract_drills  # noqa: F401  (no submission code: it imports student/ lazily)
     from harness.torch_imports import optimizers_without_dynamo
     optimizers_without_dynamo()

@@ -121,11 +121,16 @@ def match_evidence(actual, fp: dict) -> str:
     return f"{how} at {fp['idx'].numel()} sampled elements, where it differs most and at random"
 
 
+# Output axes along which "position" means a token's place: only there do a shift by one or a right
+# position 0 point at positions (along AdamW's steps the same pattern is an optimizer's, not a position's).
+SEQUENCE_AXES = {"seq", "queries"}
+
+
 def heuristic(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float,
-              causal: bool = False) -> str | None:
+              causal: bool = False, axes: list[str] | None = None) -> str | None:
     """A description of the difference when it has a simple, certain shape. `causal`: the
     function attends causally, so its position 0 sees one key (whose weight is 1 whatever its
-    score) and a right position 0 says nothing about positions."""
+    score) and a right position 0 says nothing about positions. `axes`: the output's axis names."""
     if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape or not expected.is_floating_point():
         return None
     a, e = actual.detach().double(), expected.double()
@@ -135,15 +140,17 @@ def heuristic(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: f
         return None
     if a.dim() >= 2 and a.shape[-1] == a.shape[-2] > 1 and close(a.transpose(-1, -2), e):
         return "your output is the transpose of the expected one (its last two axes are swapped)"
+    if not a.any():
+        return "every value of your output is 0, where the expected values are not"
     scale = (a * e).sum() / (e * e).sum().clamp_min(1e-30)
-    if abs(scale.item() - 1) > 1e-3 and close(a, scale * e):
+    if abs(scale.item() - 1) > 1e-3 and scale.item() != 0 and close(a, scale * e):
         factor = scale.item() if scale.item() > 1 else 1 / scale.item()
         # Name a cause only when the number is its own: a whole factor, or the root of a whole number (sqrt(d_k)).
         known = (f"a factor of {round(factor)}" if abs(factor - round(factor)) < 1e-3 else
                  f"a scale of sqrt({round(factor ** 2)})" if abs(factor ** 2 - round(factor ** 2)) < 1e-3 else "")
         return (f"every value is {scale.item():.4g} x the expected one: a missing or extra constant factor"
                 + (f" ({known})" if known else ""))
-    if a.dim() >= 2 and a.shape[-2] > 2:
+    if a.dim() >= 2 and a.shape[-2] > 2 and axes is not None and len(axes) == a.dim() and axes[-2] in SEQUENCE_AXES:
         if close(a[..., 1:, :], e[..., :-1, :]) or close(a[..., :-1, :], e[..., 1:, :]):
             return "your output matches the expected one shifted by one position along the sequence axis"
         row_wrong = ~torch.isclose(a, e, atol=max(atol, 1e-6), rtol=max(rtol, 1e-5)).any(dim=-1)
@@ -319,8 +326,9 @@ def _past_last_bucket(message: str, buckets: int) -> str | None:
         return None
     index = f"bucket {match.group(1)}" if match.group(1) else "a bucket"
     return (f"{index} read past the table's last row: num_buckets is {buckets}, so buckets run 0 .. {buckets - 1}. "
-            "Every distance from max_distance on shares the last bucket of its half (half - 1): clamp the "
-            "logarithmic bucket to it, as T5's min(bucket, half - 1) does")
+            "Two mistakes read there: a logarithmic bucket not clamped to its half's last (every distance from "
+            "max_distance on shares bucket half - 1: T5's min(bucket, half - 1)), or, with bidirectional=True, a "
+            "half left at num_buckets (it is num_buckets // 2, and keys after the query add half to their bucket)")
 
 
 def _no_start(inputs: dict, length: int) -> str | None:
@@ -435,13 +443,23 @@ def _broadcast(a: int, b: int, case, inputs: dict) -> str | None:
     if {first, second} == {"batch", "heads"} and inputs.get("token_positions") is not None:
         return ("token_positions [batch, seq] broadcast against [batch, heads, seq, d_k], so batch meets heads; "
                 "add the heads axis: token_positions.unsqueeze(-2)")
-    if "vocab_size" in (first, second) and {first, second} & set(_leading(case, inputs)):
+    leading = set(_leading(case, inputs))
+    if "vocab_size" in (first, second) and {first, second} & leading:
         # a loss whose reduction ran over a leading axis keeps the vocabulary, which then meets the targets'
         return (f"a tensor that still has the vocab_size axis (size {axes['vocab_size']}) met one without it: a "
                 "reduction (the max, the log-sum-exp) ran over a leading axis instead of the vocabulary. Reduce "
                 "over the last axis, dim=-1, whatever the number of leading axes")
-    return (f"a broadcast met the {first} axis (size {a}) with the {second} axis (size {b}): an axis is missing or "
+    if "vocab_size" in axes and {first, second} <= leading:
+        # one tensor lost a leading axis the other keeps: in a loss, a reduction over it
+        return (f"a broadcast met {_called(first, a)} with {_called(second, b)}: one tensor lost a leading axis "
+                "that the other keeps, as a reduction (the max, the log-sum-exp) over a leading axis instead of "
+                "the vocabulary does. Reduce over the last axis, dim=-1, whatever the number of leading axes")
+    return (f"a broadcast met {_called(first, a)} with {_called(second, b)}: an axis is missing or "
             "in the wrong place. Insert it with unsqueeze or name axes with einops")
+
+
+def _called(axis: str, size: int) -> str:
+    return f"{axis} (size {size})" if " axis " in axis else f"the {axis} axis (size {size})"
 
 
 _NAMED_ARGS = {"num_heads": "heads", "num_kv_heads": "kv_heads"}
@@ -496,7 +514,8 @@ def _leading(case, inputs: dict) -> dict[str, int]:
         t, dims = inputs.get(arg), getattr(parameter.annotation, "dim_str", "") or ""
         if isinstance(t, torch.Tensor) and dims.startswith("..."):
             count = t.dim() - len(dims.split()) + 1
-            return {f"{arg}'s leading axis {d}": t.shape[d] for d in range(max(count, 0))}
+            owner = f"{arg}'" if arg.endswith("s") else f"{arg}'s"
+            return {f"{owner} leading axis {d}": t.shape[d] for d in range(max(count, 0))}
     return {}
 
 
@@ -566,7 +585,7 @@ def _wrong_result(term, case, actual, expected, nonfinite) -> list[tuple[str, st
     if one_key and differs and "every index but the first (index 0 is right)" in differs:
         differs += (" (in causal attention position 0 sees one key, itself, whose weight is 1 whatever "
                     "the scores: a mistake in the scores, the scale or the softmax leaves it right)")
-    return [("Likely cause", heuristic(actual, expected, case.atol, case.rtol, causal=one_key)),
+    return [("Likely cause", heuristic(actual, expected, case.atol, case.rtol, causal=one_key, axes=axes)),
             ("What differs", differs)]
 
 
