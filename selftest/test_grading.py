@@ -56,7 +56,8 @@ def graded(tmp_path_factory):
     listener.listen()
     listener.settimeout(0.1)
     constants = {"PROJECT": str(PROJECT), "OUT": str(out), "PORT": listener.getsockname()[1],
-                 "KEYRING_SECRET": KEYRING_SECRET, "HINTS": [m.hint for m in known_mistakes() if m.hint][:12]}
+                 "KEYRING_SECRET": KEYRING_SECRET, "HINTS": [m.hint for m in known_mistakes() if m.hint][:12],
+                 "PHRASES": [m.named_by for m in known_mistakes() if m.named_by][:12]}
 
     reference_as_student(subs / "reference")
     copy_stubs(subs / "stubs")
@@ -596,7 +597,8 @@ def test_a_rewritten_drill_earns_nothing(graded):
 def test_a_forged_diagnosis_names_no_mistake_in_the_class_report(graded):
     """A result whose class name was a `Likely cause:` line once reached the report unfiltered (the
     unsendable-result path), and the class report counted a correct submission under 154 (mistake,
-    function) pairs. Every text the worker sends is disarmed, whatever path it takes."""
+    function) pairs; a returned dict keyed by a check's bare phrase (no label) was counted under that
+    mistake (red team). Every text the worker sends is disarmed, whatever path it takes."""
     from harness.grading.report import MATCHED, write_report
     write_report(graded["out"], PROJECT)
     with (graded["out"] / "mistakes.csv").open() as f:

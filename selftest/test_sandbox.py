@@ -5,6 +5,7 @@ without bubblewrap, what a worker's uid could read or leave behind."""
 import os
 import re
 import socket
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -276,6 +277,36 @@ def test_without_bubblewrap_copies_of_the_answers_elsewhere_are_found(open_folde
         refuse_readable(closed, copies=copies)
     with pytest.raises(BadSetup, match="can read 1 of the grader's"):  # its own copies are the project's
         refuse_readable(other, copies=copies)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git to make a repository")
+def test_without_bubblewrap_packed_copies_of_the_answers_are_found_too(open_folder):
+    """A bare clone and an autograder zip anyone may read hold the answers under no name the scan looked
+    for (the red team's stubs scored 101 and printed the grading seed): their contents are read."""
+    import zipfile
+    from harness.grading.sandbox import copy_root, scan_host
+    source = _project(open_folder / "source")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "safe.directory=*"]
+    subprocess.run([*git, "init", "-q", str(source)], check=True)
+    subprocess.run([*git, "-C", str(source), "add", "-A"], check=True)
+    subprocess.run([*git, "-C", str(source), "commit", "-qm", "answers"], check=True)
+    subprocess.run([*git, "clone", "-q", "--bare", str(source), str(open_folder / "bare.git")], check=True)
+    shutil.rmtree(source)
+    with zipfile.ZipFile(open_folder / "autograder.zip", "w") as archive:
+        archive.writestr("source/fixtures/T/hidden/manifest.json", "{}")
+    with zipfile.ZipFile(open_folder / "notes.zip", "w") as archive:
+        archive.writestr("notes.txt", "nothing here")
+    (open_folder / "empty.git" / "objects").mkdir(parents=True)
+    (open_folder / "empty.git" / "HEAD").write_text("ref: refs/heads/main\n")
+    subprocess.run([*git, "init", "-q", "--bare", str(open_folder / "empty.git")], check=True)
+    for path in [open_folder, *open_folder.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    _, copies = scan_host(open_folder)
+    assert copies == [open_folder / "autograder.zip", open_folder / "bare.git"], copies
+    assert [copy_root(c) for c in copies] == copies
+    os.chmod(open_folder / "autograder.zip", 0o600)
+    os.chmod(open_folder / "bare.git" / "objects", 0o700)
+    assert scan_host(open_folder)[1] == []
 
 
 def test_without_bubblewrap_a_worktrees_git_folders_count_too(open_folder):

@@ -194,22 +194,46 @@ class Link:
 _LABELS = re.compile(r"(?i)(likely cause|what differs|non-finite)\s*:")
 
 
+@functools.cache
+def _phrases() -> re.Pattern | None:
+    """The phrases by which the class report names a known mistake in a check's message (named_by)."""
+    try:
+        from harness.grading.report import Namer, known_mistakes
+    except ImportError:  # no reference/ here: no report is built from these results
+        return None
+    phrases = [phrase for phrase, _ in Namer(known_mistakes()).phrases]
+    return re.compile("|".join(map(re.escape, phrases))) if phrases else None
+
+
+def _posed(text: str) -> str:
+    """The text with its labels defused; one that holds a mistake's phrase (a parameter or a key named
+    'as far before it') is marked as the code's words, which the report counts for no mistake."""
+    text = _LABELS.sub(rf"\1 {POSED}", text)
+    if POSED in text:
+        return text
+    # past 4 KiB (no name or key is that long) the search itself is not worth its cost: marked unread
+    if len(text) > 4096 or (phrases := _phrases()) is not None and phrases.search(text):
+        text = f"{text} {POSED}"
+    return text
+
+
 def disarm(reply):
     """The reply with every string in it (dict keys too) rewritten so that none holds a label of the
-    grader's diagnosis lines: text the submission chose (an exception's message, a class name, a
-    returned string or parameter name) cannot pose as a `Likely cause:` in any report built from it."""
+    grader's diagnosis lines or a known mistake's phrase: text the submission chose (an exception's
+    message, a class name, a returned string or parameter name) cannot pose as a `Likely cause:` or name
+    a mistake in any report built from it."""
     todo = [reply]
     while todo:  # iterative: a reply may nest as deep as the wire allows
         node = todo.pop()
         items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
         for key, value in list(items):
-            if isinstance(value, str) and _LABELS.search(value):
-                node[key] = _LABELS.sub(rf"\1 {POSED}", value)
+            if isinstance(value, str):
+                node[key] = _posed(value)
             elif isinstance(value, (dict, list)):
                 todo.append(value)
-            if isinstance(key, str) and _LABELS.search(key):
-                node[_LABELS.sub(rf"\1 {POSED}", key)] = node.pop(key)
-    return _LABELS.sub(rf"\1 {POSED}", reply) if isinstance(reply, str) else reply
+            if isinstance(key, str) and (posed := _posed(key)) != key:
+                node[posed] = node.pop(key)
+    return _posed(reply) if isinstance(reply, str) else reply
 
 
 @contextlib.contextmanager

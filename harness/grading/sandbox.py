@@ -888,6 +888,16 @@ def scan_host(root: Path = Path("/"), copies_under: Path = Path("/")) -> tuple[l
             with os.scandir(folder) as entries:
                 for entry in entries:
                     try:
+                        if entry.name.endswith(".zip") and entry.is_file(follow_symlinks=False):
+                            if entry.stat(follow_symlinks=False).st_mode & 0o004 and \
+                                    Path(entry.path).is_relative_to(copies_under) and _zip_holds_answers(entry.path):
+                                copies.append(Path(entry.path))  # an upload's archive (the autograder zip)
+                            continue
+                        if entry.name == "objects" and os.path.isfile(os.path.join(folder, "HEAD")) and \
+                                entry.is_dir(follow_symlinks=False) and entry.stat().st_mode & 0o001 and \
+                                Path(folder).is_relative_to(copies_under) and _git_holds_answers(folder):
+                            copies.append(Path(folder))  # a repository's history (a bare clone, a .git)
+                            continue
                         if entry.name in names and entry.is_file(follow_symlinks=False):
                             if entry.stat(follow_symlinks=False).st_mode & 0o004 and \
                                     any(Path(entry.path).match(secret) for secret in SECRETS) and \
@@ -908,9 +918,43 @@ def scan_host(root: Path = Path("/"), copies_under: Path = Path("/")) -> tuple[l
     return sorted(writable), sorted(copies)
 
 
+def _is_answer(name: str) -> bool:
+    return any(Path(name).match(secret) for secret in SECRETS)
+
+
+def _zip_holds_answers(path: str) -> bool:
+    """Whether an archive others can read lists a file of a project's answers (the central directory
+    alone is read; an archive that cannot be read as one is not a copy)."""
+    import zipfile
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any(_is_answer(name) for name in archive.namelist())
+    except (OSError, zipfile.BadZipFile, ValueError, RuntimeError):
+        return False
+
+
+def _git_holds_answers(git_dir: str) -> bool:
+    """Whether a repository's history (any ref) holds a file of a project's answers. One that git cannot
+    read here counts as a copy: it cannot be shown not to be one, and the refusal names it to close."""
+    try:
+        # every path any commit on any ref added or changed (rev-list --objects names a blob once, under
+        # whichever path it met first)
+        listed = subprocess.run(["git", "-c", "safe.directory=*", "--git-dir", git_dir, "log", "--all", "--root",
+                                 "--no-renames", "--name-only", "--format="],
+                                capture_output=True, text=True, timeout=120, errors="replace")
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+    if listed.returncode != 0:
+        return "does not have any commits" not in listed.stderr and bool(listed.stderr.strip())
+    return any(_is_answer(line) for line in listed.stdout.splitlines() if line)
+
+
 def copy_root(secret: Path) -> Path:
     """The folder that holds a copy of the answers whole (a checkout, with its .git), to close; where
-    that folder holds Python itself (an installed harness in site-packages), the copy's own folder."""
+    that folder holds Python itself (an installed harness in site-packages), the copy's own folder. An
+    archive or a repository's git folder found whole is its own root."""
+    if secret.suffix == ".zip" or (secret / "HEAD").is_file():
+        return secret
     depth = next(len(s.split("/")) for s in SECRETS if secret.match(s))
     root = secret.parents[depth - 1]
     python = [Path(os.path.realpath(p)) for p in system_paths()]

