@@ -104,10 +104,15 @@ class Term:
         self.cases = _cases(self.manifest, "")
         self.hidden_loaded = hidden and (self.dir / HIDDEN / MANIFEST).is_file()
         self.grading_seed = None  # the hidden manifest's: known only where hidden cases are loaded
+        self.hidden_digest = None
         if self.hidden_loaded:
             hidden_manifest = _read_manifest(self.dir / HIDDEN, self._files, HIDDEN + "/")
             self.cases += _cases(hidden_manifest, HIDDEN + "/")
             self.grading_seed = hidden_manifest.get("grading_seed")
+            # The hidden files' digests: a secret no run of a catalogue from a guessed seed gives back (a
+            # 40-bit seed can be searched; what property draws reveal is keyed by this too).
+            self.hidden_digest = hashlib.sha256(json.dumps(hidden_manifest.get("files", {}), sort_keys=True)
+                                                .encode()).hexdigest()
 
     @property
     def hidden_counts(self) -> dict[str, int]:
