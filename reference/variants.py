@@ -1813,6 +1813,9 @@ class _AdamW(optimizer.AdamW):
     none_as_zero = False    # a parameter without a gradient stepped as if its gradient were 0
     foreach = False         # the whole group's update with torch._foreach_* ops
     cached_lr = False       # the lr given to __init__, not the group's, which a schedule sets at each step
+    decay_without_grad = False  # a parameter whose .grad is None still decayed (and nothing else)
+    skip_zero_grad = False  # a parameter whose gradient is all zeros skipped (a zero gradient is a step)
+    swap_betas = False      # beta1 used for v and beta2 for m
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -1821,7 +1824,14 @@ class _AdamW(optimizer.AdamW):
         for group in self.param_groups:
             lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
             lr = self.defaults["lr"] if self.cached_lr else lr
+            beta1, beta2 = (beta2, beta1) if self.swap_betas else (beta1, beta2)
+            if self.decay_without_grad:
+                for p in group["params"]:
+                    if p.grad is None:
+                        p.mul_(1 - lr * wd)
             params = [p for p in group["params"] if p.grad is not None or self.none_as_zero]
+            if self.skip_zero_grad:
+                params = [p for p in params if p.grad is None or p.grad.any()]
             if self.foreach:
                 self._foreach_step(params, lr, beta1, beta2, eps, wd)
                 continue
@@ -2025,3 +2035,18 @@ register("clip_sum_of_norms", "gradient clipping whose joint norm sums each grad
          hint=("a joint norm summed from each gradient's own norm; it is the square root of the sum of the squares "
                "of all gradients together"),
          named_by="the sum of each gradient's own norm", training__gradient_clipping=_clip_sum_of_norms)
+
+
+# A blind trial's AdamW rules that were only 'What differs' (the docstring states each)
+register("adamw_decays_without_gradient", "a parameter whose .grad is None is decayed, though not stepped",
+         hint="parameters whose .grad is None decayed (p -= lr * weight_decay * p) though not stepped: a parameter "
+              "without a gradient is left alone entirely, decay included, as torch.optim.AdamW does",
+         optimizer__AdamW=_set(_AdamW, decay_without_grad=True))
+register("adamw_skips_zero_gradients", "a parameter whose gradient is all zeros is skipped",
+         hint="a parameter whose gradient is all zeros skipped: a zero gradient is a step (t advances, m and v "
+              "decay, the parameter decays and moves by m_hat); only .grad None is skipped",
+         optimizer__AdamW=_set(_AdamW, skip_zero_grad=True))
+register("adamw_betas_swapped", "AdamW with beta1 and beta2 swapped",
+         hint="beta1 and beta2 swapped: m (the gradient's mean) decays by betas[0] = beta1 (0.9), v (its square's) "
+              "by betas[1] = beta2 (0.999)",
+         optimizer__AdamW=_set(_AdamW, swap_betas=True))
