@@ -900,7 +900,7 @@ def scan_host(root: Path = Path("/"), copies_under: Path = Path("/")) -> tuple[l
                             continue
                         if entry.name in names and entry.is_file(follow_symlinks=False):
                             if entry.stat(follow_symlinks=False).st_mode & 0o004 and \
-                                    any(Path(entry.path).match(secret) for secret in SECRETS) and \
+                                    _is_answer(entry.path) and \
                                     Path(entry.path).is_relative_to(copies_under):
                                 copies.append(Path(entry.path))
                             continue
