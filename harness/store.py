@@ -95,9 +95,9 @@ class Term:
             known = ", ".join(list_terms(project)) or "none"
             raise FixtureError(f"unknown fixture term {name!r}; terms in {terms_root(project)}: {known}. "
                                "Set [tool.harness] term in pyproject.toml, or pass --term NAME.")
-        # Every file is read once, hashed and parsed from the same bytes: code that runs
-        # later (a student's) cannot swap a file between the check and its use.
-        self._files: dict[str, dict] = {}
+        # Every file is read once and hashed; its tensors are parsed from those same bytes when a test
+        # first needs them: code that runs later (a student's) cannot swap a file between the check and its use.
+        self._files = _Parsed()
         self._grouped: dict[str, dict[str, dict]] = {}
         self.sealed = False  # set by the grader during visible tests: hidden cases' data is then unreadable
         self.manifest = _read_manifest(self.dir, self._files, "")
@@ -246,8 +246,8 @@ def flatten(prefix: str, value) -> dict:
     return {prefix: value}
 
 
-def _read_manifest(folder: Path, files: dict, prefix: str) -> dict:
-    """Read, check and parse a manifest and all its files into `files`."""
+def _read_manifest(folder: Path, files: "_Parsed", prefix: str) -> dict:
+    """Read and check a manifest and all its files' bytes into `files`."""
     path = folder / MANIFEST
     try:
         manifest = json.loads(path.read_text())
@@ -265,8 +265,21 @@ def _read_manifest(folder: Path, files: dict, prefix: str) -> dict:
         if actual != digest:
             raise FixtureError(f"fixture file {file} was modified or truncated: its sha256 is "
                                f"{actual[:12]}…, the manifest records {digest[:12]}…. {RESTORE}")
-        files[prefix + rel] = _dense(load(data))
+        files.raw[prefix + rel] = data
     return manifest
+
+
+class _Parsed(dict):
+    """File -> its tensors, parsed from its verified bytes at first use: a run that tests one function
+    (or one of several processes, pytest --jobs) parses only the files it reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.raw: dict[str, bytes] = {}
+
+    def __missing__(self, rel: str) -> dict[str, torch.Tensor]:
+        tensors = self[rel] = _dense(load(self.raw.pop(rel)))
+        return tensors
 
 
 # A tensor that is mostly zeros (an embedding table's gradient: only the rows the ids hit) is

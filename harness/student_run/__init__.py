@@ -1,6 +1,7 @@
 """The student run: what `pytest` and the notebook's check() do with a student's code.
 
 plugin     the pytest plugin: options, case parametrisation, readable failures
+parallel   a `pytest` command's tests split across forked processes, reported as one run
 checks     the output, gradient, must-raise and not-mutated checks of a fixture case
 compare    compares outputs and gradients and writes the failure report
 diagnose   names a known mistake when a result matches its stored fingerprint

@@ -38,6 +38,7 @@ from harness.student_run.checks import PROPERTY_DRAWS
 from harness.student_run.compare import Mismatch
 from harness.student_run.diagnose import diagnose
 from harness.contract import ADAPTERS
+from harness.student_run import parallel
 from harness.student_run.probes import AllocationTooLarge, DeviceMismatch
 from harness.student_run.progress import Progress
 from harness.runtime import Adapters, AdaptersError, ContractViolation, StudentImportError, shown_path
@@ -69,12 +70,17 @@ def pytest_addoption(parser):
     group.addoption("--hidden", action="store_true", help="also run hidden cases (instructors)")
     group.addoption("--case-timeout", type=float, default=60.0,
                     help="seconds one test may run before it fails as hanging (default 60)")
+    group.addoption("--jobs", type=int, default=None, metavar="N",
+                    help="processes to run the tests in (default: one per CPU, up to 4, on Linux for a run of "
+                         f"{parallel.MIN_TESTS}+ tests; 1 runs them in this process)")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "adapter(name): the contract function a test checks")
     config.addinivalue_line("markers", "forward_values: a returned module's forward against a function's fixtures, "
                                        "their hidden twins too when hidden cases are loaded: an output check")
+    config.addinivalue_line("markers", "together(name): tests that share a costly first step run in one process "
+                                       "(pytest --jobs)")
     config.addinivalue_line("markers", "reports_only: the verdict rests on what the code reports about itself "
                                        "(a probe in its own process, its own parameter listing): no points")
     settings = _settings(config)
@@ -383,6 +389,19 @@ def _selected(item, state) -> bool:
     return any(node == f or node.startswith((f + "::", f + "[", f + "/")) for f in filters)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    """Several processes where they pay (harness/student_run/parallel.py); else pytest's own loop."""
+    config = session.config
+    if STATE not in config.stash or session.testsfailed or len(session.items) < parallel.MIN_TESTS:
+        return None
+    processes = parallel.jobs(config, _console(config))
+    if processes < 2:
+        return None
+    parallel.run(session, processes, key=lambda item: parallel.group_key(item, item.stash.get(ADAPTER, None)))
+    return True
+
+
 class NotRunAfterTimeout(TimeoutError):
     """A function that already timed out in this run is not run again: one timeout per function."""
 
@@ -656,14 +675,18 @@ def _condense(reports: list) -> tuple[list, list]:
     return missing, shown
 
 
+def _console(config) -> bool:
+    """Whether this is a `pytest` command, whose process ends with the run (not a notebook's kernel)."""
+    return Path(sys.argv[0]).name in ("pytest", "py.test", "__main__.py") \
+        and config.invocation_params.args == tuple(sys.argv[1:])
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
     """A `pytest` command is about to exit: freeze the heap, so that the interpreter's last
     garbage collection skips torch's hundreds of thousands of objects (0.4 s, about a
     sixth of a run). Not in-process runs (a notebook, the selftest), which live on."""
-    console = Path(sys.argv[0]).name in ("pytest", "py.test", "__main__.py") \
-        and config.invocation_params.args == tuple(sys.argv[1:])
-    if console:
+    if _console(config):
         gc.freeze()
     elif STATE in config.stash and config.stash[STATE].get("threads"):
         import torch
