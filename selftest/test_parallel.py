@@ -103,6 +103,16 @@ def test_runs_that_must_not_fork_run_in_one_process(tmp_path, args):
     assert code == 0 and len(pids(log)) == 1, out[-2000:]
 
 
+def test_code_that_starts_a_thread_runs_in_one_process(tmp_path):
+    """A fork copies only the forking thread: a lock the other one held would stay held."""
+    sub = watched(reference_as_student(tmp_path / "sub"))
+    with (sub / "adapters.py").open("a") as f:
+        f.write("import threading, time\nthreading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n")
+    log = tmp_path / "run.pids"
+    code, out, _ = pytest_command(sub, log=log)
+    assert code == 0 and len(pids(log)) == 1, out[-2000:]
+
+
 def test_an_in_process_run_never_forks(tmp_path, forget_other_repositories):
     """A notebook's kernel (or any pytest.main in a process that lives on) runs the tests itself."""
     sub = watched(reference_as_student(tmp_path / "sub"))

@@ -28,7 +28,7 @@ FUNCTIONS = [name for name, a in ADAPTERS.items()
              if not a.builder and not a.entry_point and a.check != "train" and not a.no_device_probe]
 BUILDERS = [name for name, a in ADAPTERS.items() if a.builder]
 IDS = (2, 3)  # what a built module's forward takes: ids or positions [batch, seq], all 0
-# In one process when the suite runs in several (pytest --jobs): the first meta call imports torch's meta kernels.
+# In one process when the suite runs in several (pytest --jobs): torch's meta kernels warm up once.
 pytestmark = pytest.mark.together("meta device")
 
 

@@ -3,7 +3,7 @@
 After collection the run forks. Every process, the parent too, takes whole groups of tests from one
 queue (a pipe of group numbers) until it is empty: a function's tests form a group, so a probe that
 reuses its fixture tests' outcomes finds them, and tests marked `together(name)` form one (the device
-probes: the first meta-device call imports torch's meta kernels, 0.5 s, once). A child runs its tests
+probes: torch's meta kernels, written in Python, warm up in one process, not in each). A child runs its tests
 without a terminal and sends each report, as JSON, to the parent, which reports it as its own, as
 pytest-xdist's controller does: the dots, the failures, the progress table and --junitxml see one run.
 Forking skips what xdist's fresh workers pay first: importing torch again.
@@ -13,7 +13,8 @@ the signal or exit status; the parent runs the tests it left.
 
 Only where forking is safe and pays: Linux (macOS's system frameworks are not fork-safe), a `pytest`
 command (not a notebook's kernel, which lives on), enough tests, no -x, --pdb, -s or xdist, not
-grading. `pytest --jobs 1` runs in one process.
+grading, and no Python thread besides the main one (a fork copies only the thread that forks: a lock
+another thread held stays held). `pytest --jobs 1` runs in one process.
 """
 
 import fcntl
@@ -24,6 +25,7 @@ import select
 import signal
 import struct
 import sys
+import threading
 import time
 import warnings
 
@@ -43,7 +45,7 @@ def jobs(config, console: bool) -> int:
               and not config.getoption("usepdb", False) and not config.getoption("trace", False)
               and config.getoption("capture", "fd") != "no" and not config.option.maxfail
               and not config.getoption("stepwise", False) and not config.getoption("numprocesses", None)
-              and not hasattr(config, "workerinput")
+              and not hasattr(config, "workerinput") and threading.active_count() == 1
               and config.pluginmanager.get_plugin("harness-remote") is None)
     if not usable:
         return 1
