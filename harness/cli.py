@@ -2,6 +2,7 @@
 `contract`; the instructor commands need the repository with reference/ and say so."""
 
 import argparse
+import difflib
 import sys
 import textwrap
 from pathlib import Path
@@ -373,7 +374,18 @@ def backup(path: Path) -> Path:
 
 
 def mistakes_table(root: Path, args) -> int:
+    from harness.contract import ADAPTERS
     from harness.term.coverage import NAMED_TARGET, coverage, render
+    from reference.variants import VARIANTS
+    unknown = [name for name in args.names if name not in VARIANTS]
+    if unknown:
+        name = unknown[0]
+        close = difflib.get_close_matches(name, VARIANTS, n=3)
+        hint = (f": {name} is a contract function, and a variant is named by its mistake (MISTAKES.md lists "
+                "each function's)" if name in ADAPTERS else f"; did you mean {', '.join(close)}?" if close else
+                "; MISTAKES.md lists them all")
+        print(f"mistakes: no variant named {name!r} in reference/variants.py{hint}", file=sys.stderr)
+        return 2
     rows = coverage(root, args.names)
     print(render(rows))
     mistakes = [r for r in rows if not r.correct]

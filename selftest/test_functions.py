@@ -15,7 +15,7 @@ For each adapter:
 import pytest
 import torch
 
-from conftest import run_suite
+from conftest import TERM, run_suite
 from harness.term.catalogue import CATALOGUE
 from harness.contract import ADAPTERS
 
@@ -72,7 +72,8 @@ def test_entry_point_is_exercised_by_its_drills(name):
                                   and not ADAPTERS[n].no_device_probe])
 def test_function_has_a_device_probe(collected, name):
     assert [n for n, a in collected.items() if a == name and n.startswith("tests/test_devices.py")], \
-        f"{name} has no meta-device probe in tests/test_devices.py"
+        f"{name} has no meta-device probe in the suite: the term the selftest runs on ({TERM}) does not cover it " \
+        "(a term built before it: run with HARNESS_TERM=NAME of one built since), or tests/test_devices.py leaves it out"
 
 
 # Modules whose weights the tests load by name (an optimizer class holds none)

@@ -54,3 +54,12 @@ def test_a_variant_registered_twice_is_refused():
     with pytest.raises(ValueError, match="registered twice"):
         variants.register(name, "a second mistake under the first one's name")
     assert variants.VARIANTS == before
+
+
+@pytest.mark.parametrize("name, said", [("run_softmax", "run_softmax is a contract function"),
+                                        ("rope_half_splt", "did you mean rope_half_split")])
+def test_mistakes_of_an_unknown_name_says_what_names_it_takes(name, said, capsys):
+    """A TA typed a function's name where a variant's goes, and read "caught 0/0 mistakes"."""
+    from harness.cli import mistakes_table
+    assert mistakes_table(PROJECT, SimpleNamespace(names=[name])) == 2
+    assert said in capsys.readouterr().err
