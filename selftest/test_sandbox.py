@@ -57,6 +57,42 @@ def test_cleanup_survives_a_deep_locked_tree_and_never_follows_links(fast_tmp, t
     assert remove_tree(root)  # already gone: nothing to do
 
 
+def test_cleanup_is_not_led_out_of_its_tree_by_a_folder_renamed_under_it(tmp_path, monkeypatch):
+    """Red team 5: while root emptied a worker's folder, another slot's live submission moved that
+    folder into one of its own; climbing back with ".." then took root there, and up, emptying what
+    it found. The cleanup keeps its folders' handles instead: what lies outside the tree stays."""
+    from harness.grading import sandbox
+    arena = tmp_path / "arena"
+    deep = arena / "tree" / "d1" / "d2"
+    deep.mkdir(parents=True)
+    for i in range(5):
+        (deep / f"f{i}").touch()
+    elsewhere = arena / "attacker" / "inner"
+    elsewhere.mkdir(parents=True)
+    (arena / "CANARY").write_text("root's")
+    (arena / "attacker" / "CANARY").write_text("anyone's")
+    unlink, moved = os.unlink, []
+
+    def unlink_then_move(path, *args, **kwargs):
+        unlink(path, *args, **kwargs)
+        if not moved:  # inside d2 now: move it away, as the racing process did
+            moved.append(os.rename(deep, elsewhere / "d2"))
+    monkeypatch.setattr(sandbox.os, "unlink", unlink_then_move)
+    sandbox.remove_tree(arena / "tree")
+    monkeypatch.undo()
+    assert moved and (arena / "CANARY").read_text() == "root's"
+    assert (arena / "attacker" / "CANARY").read_text() == "anyone's" and (elsewhere).is_dir()
+
+
+def test_cleanup_of_a_tree_deeper_than_its_open_handles_moves_the_rest_up(tmp_path, monkeypatch):
+    from harness.grading import sandbox
+    monkeypatch.setattr(sandbox, "OPEN_DEPTH", 4)
+    root = tmp_path / "tree"
+    (root / "a" / "b" / "c" / "d" / "e" / "f").mkdir(parents=True)
+    (root / "a" / "b" / "c" / "d" / "e" / "f" / "x").touch()
+    assert sandbox.remove_tree(root) and not root.exists()
+
+
 def test_sandboxes_of_dead_drivers_are_removed_and_live_ones_kept(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

@@ -514,53 +514,65 @@ def set_oom_score(value: int) -> None:
         pass
 
 
+OPEN_DEPTH = 64  # folders remove_tree holds open at once; a deeper one is moved up to the root first
+REMOVE_BUDGET = 2_000_000  # entries remove_tree handles before it gives up on a tree that keeps growing
+
+
 def remove_tree(root: Path) -> bool:
     """Remove a folder and everything in it, iteratively: no recursion limit, no path-length
     limit (every step is relative to an open folder), folders made unreadable or unwritable
     are opened up first, symbolic links are removed and never followed. False if something
-    could not be removed (it is left, and the rest goes)."""
+    could not be removed (it is left, and the rest goes).
+
+    It never climbs with "..": a process still alive (another slot's submission) could rename the
+    folder it is in, and ".." would then lead root into a folder of the attacker's choosing (red team
+    5 emptied a root-owned folder so). It keeps each folder's handle from the root down instead, and
+    a folder deeper than OPEN_DEPTH is moved up into the root and taken from there."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
     try:
         if root.is_symlink() or not root.is_dir():
             root.unlink(missing_ok=True)
             return True
         os.chmod(root, 0o700)
-        fd = os.open(root, flags)
+        stack = [os.open(root, flags)]
     except OSError:
         return False
-    depth, stuck, clean = 0, set(), True
-    while True:
-        child = None
-        try:
-            with os.scandir(fd) as entries:
-                for entry in entries:
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            st = entry.stat(follow_symlinks=False)
-                            if (st.st_dev, st.st_ino) in stuck:  # emptied already: remove it now
-                                os.rmdir(entry.name, dir_fd=fd)
-                                continue
-                            stuck.add((st.st_dev, st.st_ino))  # entered once only, whatever happens
-                            if stat.S_IMODE(st.st_mode) & 0o700 != 0o700:
-                                os.chmod(entry.name, 0o700, dir_fd=fd, follow_symlinks=False)
-                            child = os.open(entry.name, flags, dir_fd=fd)
-                            break
-                        os.unlink(entry.name, dir_fd=fd)
-                    except OSError:
-                        clean = False
-        except OSError:
-            clean = False
-        if child is not None:
+    entered, clean, budget = set(), True, REMOVE_BUDGET
+    try:
+        while stack:
+            fd, child = stack[-1], None
+            try:
+                with os.scandir(fd) as entries:
+                    for entry in entries:
+                        budget -= 1
+                        if budget < 0:
+                            return False
+                        try:
+                            if entry.is_dir(follow_symlinks=False):
+                                st = entry.stat(follow_symlinks=False)
+                                if (st.st_dev, st.st_ino) in entered:  # emptied already: remove it now
+                                    os.rmdir(entry.name, dir_fd=fd)
+                                    continue
+                                if len(stack) >= OPEN_DEPTH:
+                                    os.rename(entry.name, f".deep-{st.st_ino}", src_dir_fd=fd, dst_dir_fd=stack[0])
+                                    continue
+                                entered.add((st.st_dev, st.st_ino))  # entered once only, whatever happens
+                                if stat.S_IMODE(st.st_mode) & 0o700 != 0o700:
+                                    os.chmod(entry.name, 0o700, dir_fd=fd, follow_symlinks=False)
+                                child = os.open(entry.name, flags, dir_fd=fd)
+                                break
+                            os.unlink(entry.name, dir_fd=fd)
+                        except OSError:
+                            clean = False
+            except OSError:
+                clean = False
+            if child is not None:
+                stack.append(child)
+            else:  # emptied: its parent removes it when it scans again
+                os.close(stack.pop())
+    finally:
+        for fd in stack:
             os.close(fd)
-            fd, depth = child, depth + 1
-            continue
-        if depth == 0:
-            os.close(fd)
-            break
-        parent = os.open("..", flags, dir_fd=fd)
-        os.close(fd)
-        fd, depth = parent, depth - 1
-        # the folder just emptied is removed when the parent is scanned again
     try:
         os.rmdir(root)
     except OSError:
