@@ -2011,8 +2011,10 @@ register("adamw_eps_under_sqrt", "AdamW with eps inside the square root, sqrt(v_
                "under it, eps 1e-6 acts as 1e-3 wherever v_hat is small"),
          optimizer__AdamW=_set(_AdamW, eps_under_root=True))
 register("clip_not_applied", "gradient clipping that computes the factor but never writes it into .grad",
-         hint=("gradients left as they were: the clip factor never reached .grad (`g = g * scale` makes a new tensor "
-               "and rebinds a name); scale each gradient in place, g.mul_(scale) or p.grad.mul_(scale)"),
+         hint=("gradients left as they were: the clip factor never reached .grad. Either `g = g * scale` made a new "
+               "tensor and rebound a name (scale each gradient in place: p.grad.mul_(scale)), or `parameters` is a "
+               "generator your code went through twice: the first pass, for the norm, used it up, and the second "
+               "found nothing to scale (make it a list first)"),
          named_by="left unchanged", training__gradient_clipping=_clip_rebinding)
 register("cross_entropy_over_dim_1", "cross-entropy's log-sum-exp over dim=1, right only for [batch, vocab] logits",
          named_by="ran over a leading axis instead of the vocabulary", training__cross_entropy=_ce_over_dim_1)

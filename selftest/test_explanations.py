@@ -762,3 +762,14 @@ def test_a_property_says_what_its_numbers_show(variant, tests, said):
     run = run_suite("--adapters", f"reference.variants:{variant}", "-k", tests)
     messages = [m for n, m in run.messages.items() if n in run.failed]
     assert messages and all(said in m for m in messages), messages
+
+
+def test_ids_of_another_integer_dtype_are_told_as_a_dtype_not_a_crash(submission):
+    """Blind trial 5: get_batch returning int32 windows raised the right dtype message, then building
+    the report crashed in torch.isclose (int32 against int64) with a traceback of the harness's."""
+    target, _ = submission("training.py", "    return windows[:, :-1], windows[:, 1:]",
+                           "    return windows[:, :-1].to(torch.int32), windows[:, 1:]")
+    run = run_suite("--adapters", target, "--function", "run_sample_batches")
+    reports = _reports(run, "run_sample_batches")
+    assert reports and not any("did not match" in m or "Traceback" in m for m in reports), reports
+    assert any("int32" in m for m in reports), reports

@@ -25,3 +25,17 @@ def test_a_tied_weight_under_two_names_crosses_the_wire():
              "row": embedding.weight.detach()[2]}
     got = round_trip(state)
     assert all(torch.equal(got[k], v) for k, v in state.items())
+
+
+def test_a_blob_listing_too_many_tensors_is_refused_before_it_is_parsed():
+    """Red team 5: a reply whose blob lists a million empty tensors cost the parser a minute and 2 GB."""
+    import pytest
+    from safetensors.torch import save
+    many = save({f"t{i}": torch.empty(0) for i in range(30_000)})
+    header = b'{"$dict": {}}'
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(wire._HEAD.pack(len(header), len(many)) + header + many)
+        with pytest.raises(wire.WireError, match="tensor list"):
+            wire.recv(b)
+    assert len(round_trip({f"t{i}": torch.zeros(2) for i in range(500)})) == 500  # a big state dict still crosses

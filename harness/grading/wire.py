@@ -20,6 +20,9 @@ from harness.paths import leaves
 
 MAX_HEADER = 4 << 20     # bytes of JSON: structure and small values only (tensors travel in the blob)
 MAX_MESSAGE = 512 << 20  # bytes in all; a larger message is refused, not allocated
+# bytes of the blob's own JSON header (its tensor list): thousands of tensors, where a state dict holds
+# hundreds; a million empty tensors in 56 MB took safetensors a minute and 2 GB to parse (red team 5)
+MAX_BLOB_HEADER = 1 << 20
 _HEAD = struct.Struct("!QQ")
 
 
@@ -45,6 +48,9 @@ def recv(sock: socket.socket, deadline: float | None = None):
         raise WireError(f"a message of {head_len + blob_len:,} bytes exceeds the {MAX_MESSAGE:,}-byte limit")
     header = _read(sock, head_len, deadline)
     blob = _read(sock, blob_len, deadline) if blob_len else b""
+    if blob and int.from_bytes(blob[:8], "little") > MAX_BLOB_HEADER:
+        raise WireError(f"a tensor list of {int.from_bytes(blob[:8], 'little'):,} bytes exceeds the "
+                        f"{MAX_BLOB_HEADER:,}-byte limit")
     try:
         return _decode(json.loads(header), load(blob) if blob else {})
     except WireError:

@@ -57,8 +57,13 @@ def _shape_problem(actual, expected) -> str | None:
 
 
 def mismatched(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, ulps: int = 0) -> torch.Tensor:
-    """The elements of `actual` outside the tolerance (NaN matches NaN, as the reference's own)."""
+    """The elements of `actual` outside the tolerance (NaN matches NaN, as the reference's own). Values of
+    a dtype the contract does not state are judged too, in a dtype that holds both (int32 ids against
+    int64: torch.isclose refuses to mix them)."""
     actual = actual.detach()
+    if actual.dtype != expected.dtype:
+        common = torch.promote_types(actual.dtype, expected.dtype)
+        actual, expected = actual.to(common), expected.to(common)
     both_nan = actual.isnan() & expected.isnan()
     if ulps:
         e = expected.abs()
