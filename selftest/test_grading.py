@@ -877,3 +877,16 @@ def test_a_batch_killed_half_way_keeps_the_grades_it_finished(tmp_path):
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert [(r[0], r[3]) for r in _grades(tmp_path / "out")[1:]] == [("first", "ok")]
     assert (tmp_path / "out" / "first" / "graded.json").is_file() and not (tmp_path / "out" / "second").exists()
+
+
+def test_hidden_cases_that_cannot_import_what_the_visible_ones_did_are_the_graders_error(tmp_path):
+    """Red team 5: another slot's submission deleted this one's copy between its phases; its hidden-case
+    worker could not import, and an honest reference scored 0 on them with status ok. The same files
+    imported once: their second import failing is the grader's error, so the row asks for a regrade."""
+    sub = reference_as_student(tmp_path / "second_import_fails")
+    with (sub / "adapters.py").open("a") as f:  # the worker's scratch folder outlives the visible phase
+        f.write("\nimport os as _os\nif _os.path.exists('imported-once'):\n    raise ImportError('gone')\n"
+                "open('imported-once', 'w').close()\n")
+    [graded] = grade_all(PROJECT, [sub], TERM, tmp_path / "out", case_timeout=20)
+    assert graded.status == "grader-error", (graded.status, graded.output[-2000:])
+    assert any(t.outcome == "passed" and not t.hidden for t in graded.tests)

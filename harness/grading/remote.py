@@ -54,6 +54,7 @@ class Link:
         self.sock = None
         self.broken: str | None = None  # why this phase's workers cannot serve any call
         self.import_error = ""  # what the submission's import raised for its visible tests (a status of its own)
+        self.imported = False  # a visible-test worker imported the submission
 
     def enter(self, phase: str) -> None:
         """Switch phase; a hidden-case worker starts only once every visible-test process is dead
@@ -92,14 +93,24 @@ class Link:
             reply = self._exchange({"op": "hello"}, IMPORT_CPU)
         except (TimeoutError, WorkerFailure) as e:
             self.broken = f"importing adapters.py failed: {e}"  # died or ran out of time: no import-error status
+            self._import_failed_after_importing()
             raise WorkerFailure(self.broken) from None
         if not isinstance(reply, dict) or "error" in reply:  # it fails the same way every time: no retry
             error = reply.get("error") if isinstance(reply, dict) else None
             message = error.get("message") if isinstance(error, dict) else None
             self.broken = str(message)[:4000] if self.phase == "public" and message else "importing adapters.py failed"
             self.import_error = self.import_error or (self.broken if self.phase == "public" else "")
+            self._import_failed_after_importing()
             self._drop_worker()
             raise WorkerFailure(self.broken)
+        self.imported = self.imported or self.phase == "public"
+
+    def _import_failed_after_importing(self) -> None:
+        """Hidden cases whose worker cannot import what the visible tests' worker imported: the same files,
+        so something outside them failed (red team 5 had another slot's submission delete this one's copy,
+        and an honest reference scored 0 with status ok). The grade is the grader's error: a regrade."""
+        if self.phase == "hidden" and self.imported:
+            self.sandbox_failed = True
 
     def _exchange(self, message: dict, cpu_limit: float) -> dict:
         """Every reply passes here, and so every text the worker chose (messages, values, names)."""
