@@ -773,3 +773,16 @@ def test_ids_of_another_integer_dtype_are_told_as_a_dtype_not_a_crash(submission
     reports = _reports(run, "run_sample_batches")
     assert reports and not any("did not match" in m or "Traceback" in m for m in reports), reports
     assert any("int32" in m for m in reports), reports
+
+
+def test_the_slope_extension_is_not_blamed_for_reversed_power_of_two_slopes(submission):
+    """Blind trial 5: with only the power-of-two slopes reversed, the property that compares 7 heads with
+    the code's own 4 and 8 said the (right) extra slopes were wrong. It waits for those to be right."""
+    target, _ = submission("positions.py", "    slopes = _power_of_two_slopes(closest) + ",
+                           "    slopes = _power_of_two_slopes(closest)[::-1] + ")
+    run = run_suite("--adapters", target, "--function", "run_alibi_slopes")
+    extension = [n for n in run.adapters if "extend_the_lower_power_of_two" in n]
+    assert extension and all(run.outcomes[n] in ("passed", "skipped") for n in extension), \
+        [run.messages.get(n) for n in extension]
+    assert any(run.outcomes[n] == "skipped" for n in extension)
+    assert [n for n in run.failed if "fall_geometrically" in n]  # the reversal itself is told there
