@@ -62,6 +62,7 @@ ATTACKS = {
     "cpu_storm": ("stubs", "cpu_storm.py"),
     "slow_drip": ("stubs", "slow_drip.py"),
     "malformed_reply": ("stubs", "malformed_reply.py"),
+    "infinite_reply": ("stubs", "infinite_reply.py"),
     "reads_machine": ("stubs", "reads_machine.py"),
     "reports_its_draws": ("reference", "reports_its_draws.py"),
     "forges_diagnosis": ("stubs", "forges_diagnosis.py"),

@@ -324,6 +324,8 @@ def test_malformed_replies_fail_their_tests_without_the_graders_traceback(graded
     published message holds the grader's traceback or paths."""
     messages = [t["output"] for t in _results_json(graded, "malformed_reply")["tests"]]
     assert any("malformed reply" in m for m in messages)
+    for name in ("malformed_reply", "infinite_reply"):  # red team 6: an infinite handle said the grader failed
+        assert not [t for t in _results_json(graded, name)["tests"] if "the grader failed" in t["output"]]
     for name in graded["results"]:
         for t in _results_json(graded, name)["tests"]:
             assert str(PROJECT) not in t["output"] and "Traceback (most recent" not in t["output"], t["output"]
@@ -879,14 +881,46 @@ def test_a_batch_killed_half_way_keeps_the_grades_it_finished(tmp_path):
     assert (tmp_path / "out" / "first" / "graded.json").is_file() and not (tmp_path / "out" / "second").exists()
 
 
-def test_hidden_cases_that_cannot_import_what_the_visible_ones_did_are_the_graders_error(tmp_path):
-    """Red team 5: another slot's submission deleted this one's copy between its phases; its hidden-case
-    worker could not import, and an honest reference scored 0 on them with status ok. The same files
-    imported once: their second import failing is the grader's error, so the row asks for a regrade."""
+def test_hidden_cases_a_submission_keeps_from_importing_are_its_own_failure(tmp_path):
+    """Red team 6: a submission that fails its second import (a marker left in its scratch folder) made
+    every grade say the grader failed, and so asked the staff for a regrade. Its files are unchanged:
+    its hidden cases fail, and its status stays ok."""
     sub = reference_as_student(tmp_path / "second_import_fails")
     with (sub / "adapters.py").open("a") as f:  # the worker's scratch folder outlives the visible phase
         f.write("\nimport os as _os\nif _os.path.exists('imported-once'):\n    raise ImportError('gone')\n"
                 "open('imported-once', 'w').close()\n")
     [graded] = grade_all(PROJECT, [sub], TERM, tmp_path / "out", case_timeout=20)
-    assert graded.status == "grader-error", (graded.status, graded.output[-2000:])
-    assert any(t.outcome == "passed" and not t.hidden for t in graded.tests)
+    assert graded.status == "ok", (graded.status, graded.output[-2000:])
+    assert all(t.outcome == "passed" for t in graded.tests if not t.hidden)
+    assert {t.outcome for t in graded.tests if t.hidden} == {"failed"}
+
+
+def test_hidden_cases_that_cannot_import_files_changed_since_the_visible_ones_are_the_graders_error(tmp_path):
+    """Red team 5: another slot's submission deleted this one's copy between its phases; its hidden-case
+    worker could not import, and an honest reference scored 0 on them with status ok. Files that changed
+    between the phases (a submission's own uid cannot write them) are the grader's error: a regrade."""
+    sub = reference_as_student(tmp_path / "copy_harmed")
+    script = textwrap.dedent(f"""
+        from pathlib import Path
+        from harness.grading import drive, grade, sandbox
+        seal = sandbox.Sandbox.seal_for_hidden_cases
+
+        def seal_and_harm(self):  # what red team 5's neighbour did, from outside this submission
+            seal(self)
+            (self.submission / "adapters.py").write_text("raise ImportError('gone')\\n")
+
+        sandbox.Sandbox.seal_for_hidden_cases = seal_and_harm
+        grader = grade.Grader(Path({str(PROJECT)!r}), {TERM!r}, 300, 20, 2048)
+        try:
+            grader.ready()
+            uid = grade.Driver(grader.first_slot).uid if grader.protections.uid_drop else None
+            graded, copy = grader.prepare(Path({str(sub)!r}), "copy_harmed", uid)
+            grade.Grader.record(graded, drive.grade(grader.project, {TERM!r}, copy, grader.first_slot, grader.settings))
+            print("STATUS", graded.status, all(t.outcome == "passed" for t in graded.tests if not t.hidden))
+        finally:
+            grader.close()
+        """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "HARNESS"))}
+    done = subprocess.run([sys.executable, "-c", script], cwd=PROJECT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert "STATUS grader-error True" in done.stdout, (done.stdout[-2000:], done.stderr[-3000:])

@@ -315,6 +315,25 @@ def test_without_bubblewrap_copies_of_the_answers_elsewhere_are_found(open_folde
         refuse_readable(other, copies=copies)
 
 
+def test_without_bubblewrap_a_folder_anyone_may_write_to_without_the_sticky_bit_is_refused(open_folder):
+    """Red team 6: in a folder every user may write to, without the sticky bit, a worker set an extended
+    attribute on the folder itself (no file of its uid to remove), and a later submission read the hidden
+    inputs it held. The grader refuses such a folder, naming the command that closes it."""
+    from harness.grading.grade import BadSetup, refuse_unsticky
+    from harness.grading.sandbox import scan_host
+    shared, sticky = open_folder / "shared", open_folder / "sticky"
+    for folder in (shared, sticky):
+        folder.mkdir()
+    os.chmod(shared, 0o777)
+    os.chmod(sticky, 0o1777)
+    writable, _ = scan_host(open_folder)
+    assert writable == [shared, sticky]
+    with pytest.raises(BadSetup, match=rf"(?s)folders every user may write to lack the sticky bit \({re.escape(str(shared))}\).*\n    chmod \+t {re.escape(str(shared))}\n"):
+        refuse_unsticky(writable)
+    os.chmod(shared, 0o1777)
+    refuse_unsticky(writable)
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git to make a repository")
 def test_without_bubblewrap_packed_copies_of_the_answers_are_found_too(open_folder):
     """A bare clone and an autograder zip anyone may read hold the answers under no name the scan looked

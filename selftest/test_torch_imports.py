@@ -80,3 +80,21 @@ def test_anything_else_reaches_the_real_modules():
         print("real", "stands in" in (sys.modules[SYMBOLIC].__doc__ or ""), type(shape_env).__name__)
     """)
     assert out.splitlines() == ["before _NoSympy", "after module True", "real False ShapeEnv"]
+
+
+def test_a_grading_worker_imports_no_sympy_before_the_submission_runs():
+    """The zygote's warm-up runs a gradient with a cotangent, whose shape check would import sympy (0.5 s of
+    every graded submission's CPU) but for the stand-in, as in a student's run."""
+    from harness.grading.sandbox import Protections, Sandbox, remove_tree
+    sandbox = Sandbox(PROJECT, Protections(bwrap=None, uid_drop=False), 0, 1024, 60)
+    try:
+        out = _python(f"""
+            import sys
+            sys.path[:0] = [{str(sandbox.lib.parent)!r}]
+            from harness.grading.worker import _warm_up
+            _warm_up()
+            print(*(name in sys.modules for name in ("sympy", "torch._dynamo")))
+        """)
+    finally:
+        remove_tree(sandbox.root)
+    assert out.splitlines()[-1] == "False False"

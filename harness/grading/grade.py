@@ -133,6 +133,7 @@ class Grader:
             except OSError as e:
                 raise BadSetup(f"without bubblewrap, the host's folders must be scanned first: {e}") from None
             refuse_readable(project, submissions, out, copies)
+            refuse_unsticky(writable)
             self.writable = [str(p) for p in writable]
         self.settings = {"timeout": timeout, "case_timeout": case_timeout, "memory_mb": memory_mb,
                          "protections": asdict(self.protections), "writable": self.writable}
@@ -250,6 +251,27 @@ SAFE_SETUP = ("Install bubblewrap, or grade from a venv of the system's Python o
               "folders only root may enter, then close the project to other users: /usr/bin/python3 -m venv "
               "/opt/harness-venv && /opt/harness-venv/bin/pip install -e PROJECT && chmod o= PROJECT "
               "(as gradescope/setup.sh and run_autograder do).")
+
+
+def refuse_unsticky(writable: list[Path]) -> None:
+    """BadSetup naming the folders every user may write to that lack the sticky bit: in one, a worker
+    may rename or delete files that are not its own, and set extended attributes on the folder itself,
+    which no removal of its files takes away (red team 6 left hidden inputs there for a later submission)."""
+    unsticky = []
+    for folder in writable:
+        try:
+            if not folder.lstat().st_mode & stat.S_ISVTX:
+                unsticky.append(folder)
+        except OSError:
+            pass
+    if unsticky:
+        raise BadSetup(
+            "bubblewrap cannot run here, so each submission's code would run under a uid of its own with the host's "
+            "files in view, and folders every user may write to lack the sticky bit (" + ", ".join(map(str, unsticky))
+            + "): there a "
+            "submission could delete others' files, and leave what it read for a later one in the folder's "
+            "extended attributes. Set it, then grade again:\n    chmod +t "
+            + " ".join(shlex.quote(str(f)) for f in unsticky) + "\n(or install bubblewrap: a submission then sees none of them)")
 
 
 def refuse_readable(project: Path, submissions: list[Path] = (), out: Path | None = None,
@@ -491,8 +513,9 @@ def _check_directory_size(archive: Path) -> None:
 
 
 def _copy_code(root: Path, copy: Path, uid: int | None = None) -> None:
-    """adapters.py and student/, regular files only, readable by the worker's uid: its own (0700)
-    where it has one, else by everyone."""
+    """adapters.py and student/, regular files only, readable by the worker's uid: by its group alone
+    where it has one (owned by the grader: the submission cannot change its own files between phases),
+    else by everyone."""
     copy.mkdir(parents=True)
     files = [root / "adapters.py"]
     if (root / "student").is_dir() and not (root / "student").is_symlink():
@@ -509,12 +532,12 @@ def _copy_code(root: Path, copy: Path, uid: int | None = None) -> None:
         target = copy / path.relative_to(root)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
-        os.chmod(target, 0o644 if uid is None else 0o600)
+        os.chmod(target, 0o644 if uid is None else 0o640)
     for path in [copy, *copy.rglob("*")]:
         if path.is_dir():
-            os.chmod(path, 0o755 if uid is None else 0o700)
+            os.chmod(path, 0o755 if uid is None else 0o750)
         if uid is not None:
-            os.chown(path, uid, uid)
+            os.chown(path, os.geteuid(), uid)
 
 
 # ---------------------------------------------------------------- outputs

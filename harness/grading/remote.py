@@ -15,10 +15,12 @@ meta-device, largest-allocation and table probes) carry no points: their tests a
 
 import contextlib
 import functools
+import hashlib
 import re
 import select
 import time
 import types
+from pathlib import Path
 
 import torch
 
@@ -55,6 +57,7 @@ class Link:
         self.broken: str | None = None  # why this phase's workers cannot serve any call
         self.import_error = ""  # what the submission's import raised for its visible tests (a status of its own)
         self.imported = False  # a visible-test worker imported the submission
+        self.files = ""  # the digest of the submission's files when it did
 
     def enter(self, phase: str) -> None:
         """Switch phase; a hidden-case worker starts only once every visible-test process is dead
@@ -103,13 +106,16 @@ class Link:
             self._import_failed_after_importing()
             self._drop_worker()
             raise WorkerFailure(self.broken)
-        self.imported = self.imported or self.phase == "public"
+        if self.phase == "public" and not self.imported:
+            self.imported, self.files = True, files_digest(self.sandbox.submission)
 
     def _import_failed_after_importing(self) -> None:
-        """Hidden cases whose worker cannot import what the visible tests' worker imported: the same files,
-        so something outside them failed (red team 5 had another slot's submission delete this one's copy,
-        and an honest reference scored 0 with status ok). The grade is the grader's error: a regrade."""
-        if self.phase == "hidden" and self.imported:
+        """Hidden cases whose worker cannot import what the visible tests' worker imported. If the files
+        changed in between (red team 5 had another slot's submission delete this one's copy, and an honest
+        reference scored 0 with status ok), the grade is the grader's error: a regrade. If not, the
+        submission failed by itself (a marker it left in its scratch folder, red team 6): its hidden cases
+        fail, and no staff regrade is owed."""
+        if self.phase == "hidden" and self.imported and files_digest(self.sandbox.submission) != self.files:
             self.sandbox_failed = True
 
     def _exchange(self, message: dict, cpu_limit: float) -> dict:
@@ -247,6 +253,15 @@ def disarm(reply):
     return _posed(reply) if isinstance(reply, str) else reply
 
 
+def files_digest(folder: Path) -> str:
+    """Every file's path and bytes under the submission's copy (which its own uid cannot write to)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(folder)}\0{path.stat().st_size}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 @contextlib.contextmanager
 def _reading_reply():
     """A reply that is well-formed on the wire but not what was asked for fails its test with one
@@ -255,7 +270,7 @@ def _reading_reply():
         yield
     except NotImplementedError:
         raise
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError, ArithmeticError) as e:
         raise StudentCodeError(f"the worker sent a malformed reply ({type(e).__name__})") from None
 
 

@@ -9,6 +9,7 @@ meta tensors travel as shape and dtype alone.
 """
 
 import json
+import math
 import socket
 import struct
 import time
@@ -32,7 +33,7 @@ class WireError(Exception):
 
 def send(sock: socket.socket, value) -> None:
     tensors: dict[str, torch.Tensor] = {}
-    header = json.dumps(_encode(value, tensors)).encode()
+    header = json.dumps(_encode(value, tensors, set())).encode()
     blob = save(tensors) if tensors else b""
     sock.sendall(_HEAD.pack(len(header), len(blob)) + header + blob)
 
@@ -52,7 +53,8 @@ def recv(sock: socket.socket, deadline: float | None = None):
         raise WireError(f"a tensor list of {int.from_bytes(blob[:8], 'little'):,} bytes exceeds the "
                         f"{MAX_BLOB_HEADER:,}-byte limit")
     try:
-        return _decode(json.loads(header), load(blob) if blob else {})
+        return _decode(json.loads(header, parse_constant=_no_constant, parse_float=_finite),
+                       load(blob) if blob else {})
     except WireError:
         raise
     except Exception as e:  # noqa: BLE001 - bad JSON, a bad blob, a reference to nothing, ...
@@ -80,7 +82,7 @@ def _read(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
     return b"".join(chunks)
 
 
-def _encode(value, tensors: dict):
+def _encode(value, tensors: dict, storages: set):
     if isinstance(value, torch.Tensor):
         if type(value) is not torch.Tensor and not isinstance(value, torch.nn.Parameter):
             raise TypeError(f"a {type(value).__name__} (a Tensor subclass) cannot be sent; return a plain tensor")
@@ -92,19 +94,33 @@ def _encode(value, tensors: dict):
         perm = _layout(t)
         key = f"t{len(tensors)}"
         sent = t.permute(perm).contiguous().cpu() if perm else t.contiguous().cpu()
-        if any(s.untyped_storage().data_ptr() == sent.untyped_storage().data_ptr() for s in tensors.values()):
+        if sent.untyped_storage().data_ptr() in storages:
             sent = sent.clone()  # safetensors refuses shared memory: a tied weight under two state_dict names
+        storages.add(sent.untyped_storage().data_ptr())  # a set: a state dict sends hundreds
         tensors[key] = sent
         return {"$t": key, "perm": perm, "grad": value.requires_grad}
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
             raise TypeError("dict keys must be strings")
-        return {"$dict": {k: _encode(v, tensors) for k, v in value.items()}}
+        return {"$dict": {k: _encode(v, tensors, storages) for k, v in value.items()}}
     if isinstance(value, (list, tuple)):
-        return [_encode(v, tensors) for v in value]
+        return [_encode(v, tensors, storages) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"$float": repr(value)}  # JSON has no NaN or infinity: a reply holding one is refused
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     raise TypeError(f"a {type(value).__name__} cannot be sent")
+
+
+def _no_constant(name: str):
+    raise WireError(f"{name} is not JSON (a non-finite float travels as $float)")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999
+        raise WireError(f"{text[:20]} overflows a float")
+    return value
 
 
 def _decode(value, tensors: dict):
@@ -121,6 +137,8 @@ def _decode(value, tensors: dict):
         return torch.empty([int(s) for s in value["$meta"]], dtype=_dtype(value["dtype"]), device="meta")
     if "$dict" in value:
         return {str(k): _decode(v, tensors) for k, v in value["$dict"].items()}
+    if "$float" in value and value["$float"] in ("nan", "inf", "-inf"):
+        return float(value["$float"])
     raise WireError(f"unknown value {sorted(value)[:3]}")
 
 

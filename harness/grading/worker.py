@@ -72,12 +72,14 @@ def zygote(control_fd: int, namespace: bool) -> None:
 
 
 def _warm_up() -> None:
-    """What every worker would import on its first gradient (autograd.grad with a cotangent
-    imports torch.fx's symbolic shapes and sympy: 0.3 s), imported once, before the first fork.
-    Tiny tensors, one thread (OMP_NUM_THREADS=1): no thread pool for a fork to inherit. With them,
-    what every worker imports before a submission's code runs (the rendered adapters.py's imports,
-    the contract's drills): a fresh worker (a phase, a timeout, the checkpoint drill's second
-    half) then costs its fork and the submission's own files."""
+    """What every worker would set up on its first gradient, done once, before the first fork: autograd.grad
+    with a cotangent asks torch.fx's symbolic shapes, whose stand-in (as in a student's run) spares
+    sympy's import, 0.5 s of each submission's CPU. Tiny tensors, one thread (OMP_NUM_THREADS=1): no
+    thread pool for a fork to inherit. With them, what every worker imports before a submission's code
+    runs (the rendered adapters.py's imports, the contract's drills): a fresh worker (a phase, a
+    timeout, the checkpoint drill's second half) then costs its fork and the submission's own files."""
+    from harness.torch_imports import concrete_symbolic_shapes
+    concrete_symbolic_shapes()
     x = torch.ones(2, requires_grad=True)
     torch.autograd.grad(x * 2, [x], torch.ones(2))
     # The meta-device probe's first ops set up torch's Python meta kernels (refs, prims): a second of CPU

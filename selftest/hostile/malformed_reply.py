@@ -1,7 +1,8 @@
 # Appended to the stub adapters.py: replies that are valid on the wire but not what was asked
 # for (a list, an error that is a string, mutated inputs that are not tensors, a module handle
 # that is not a number, gradients that are not a list, a tensor reference to nothing, a meta
-# tensor of shape ["a"]), to make the grader fail with its own traceback.
+# tensor of shape ["a"], a handle that is infinite or not a number), to make the grader fail with
+# its own traceback.
 import itertools as _itertools
 import json as _json
 
@@ -17,6 +18,10 @@ _BAD = _itertools.cycle([
     {"$dict": {"value": {"$t": "t0"}}},
     {"$dict": {"value": {"$meta": ["a"], "dtype": "float32"}}},
     {"$dict": {"value": {"$meta": [2], "dtype": "save"}}},
+    {"$dict": {"module": {"$float": "inf"}}},
+    {"$dict": {"value": None, "graph": {"$float": "nan"}}},
+    {"$dict": {"module": float("inf")}},  # Infinity: not JSON
+    {"$dict": {"value": {"$meta": [1e999], "dtype": "float32"}}},
 ])
 
 
