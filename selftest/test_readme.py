@@ -49,3 +49,25 @@ def test_module_map_names_every_module_on_its_side_of_the_release():
     for package in packages:  # each subsystem's own map
         modules = {p.name for p in (PROJECT / "harness" / package).glob("*.py")} - {"__init__.py"}
         assert names(importlib.import_module(f"harness.{package}").__doc__) == modules, package
+
+
+def test_where_to_write_what_lists_each_files_tests():
+    """A TA could not tell which `--function` tests get_batch or gradient_clipping: each file's row names
+    the functions whose code lives there, as the contract says (entry points are tested through others)."""
+    from harness.contract import ADAPTERS
+    expected: dict[str, list[str]] = {}
+    for a in ADAPTERS.values():
+        if not a.entry_point:
+            expected.setdefault(a.impl_module, []).append(a.name)
+    text = (PROJECT / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `student/(\w+)\.py` \|[^|]*\| (.*) \|$", text, re.M))
+    listed = {module: re.findall(r"`(\w+)`", cell) for module, cell in rows.items()}
+    assert listed == expected, ("update README's 'Where to write what' table: each student/ file's row lists, "
+                                "in contract order, the functions whose impl_module it is", listed, expected)
+
+
+def test_the_walkthrough_names_every_unit_key():
+    """A TA had to read harness/contract.py for the key of the "Train it" unit."""
+    from harness.contract import UNITS
+    said = re.search(r"a key of `UNITS`: (.*?), in the progress table's order", " ".join((PROJECT / "README.md").read_text().split()))
+    assert said and re.findall(r"`([\w.]+)`", said[1]) == [u.key for u in UNITS], said and said[1]

@@ -155,6 +155,20 @@ def test_a_partial_run_shows_hidden_cases_and_the_total():
     assert re.search(r"^Total: 0\.0/\d+ points from the public tests of the functions whose tests all ran", out, re.M), out
 
 
+def test_with_hidden_cases_run_the_total_is_no_estimate():
+    """A TA's --hidden run read "points from the public tests, an estimate" though every hidden case ran."""
+    code, out = pytest_in(PROJECT, "--adapters", "reference.adapters", "--hidden", "--function", "run_embedding")
+    assert code == 0 and "Hidden cases (+P" not in out and "an estimate" not in out, out
+    assert re.search(r"^Total: \d+\.\d/\d+ points of the functions whose tests all ran, hidden cases included", out, re.M), out
+
+
+def test_an_entry_point_asked_for_by_name_points_at_the_functions_that_test_it():
+    """A TA asked for --function get_adamw_cls and was told to build a new term: it has no tests of its own."""
+    entry = next(a for a in ADAPTERS.values() if a.entry_point)
+    code, out = pytest_in(PROJECT, "--function", entry.name)
+    assert code == 4 and f"run --function {','.join(entry.drills)}" in out and "build a new term" not in out, out
+
+
 def test_a_probe_that_cannot_be_judged_is_skipped_not_failed():
     """A function that passes none of its CPU cases is not probed on devices: the probe says so as a
     skip, so its CPU bug is not charged twice and the count of failures is the real one."""

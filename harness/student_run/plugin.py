@@ -129,6 +129,10 @@ def _functions(config, term) -> list[str]:
             close = difflib.get_close_matches(name, ADAPTERS, n=1)
             raise pytest.UsageError(f"--function {name}: no such contract function"
                                     + (f"; did you mean {close[0]}?" if close else ""))
+        if ADAPTERS[name].entry_point:  # no tests of its own (CS336's get_adamw_cls, say)
+            raise pytest.UsageError(f"--function {name}: it has no tests of its own; it is tested through "
+                                    + ", ".join(ADAPTERS[name].drills) + ": run --function "
+                                    + ",".join(ADAPTERS[name].drills))
         if name not in term.functions:
             raise pytest.UsageError(f"--function {name}: term {term.name} does not cover it (it was built "
                                     "before the contract had it); build a new term to test it")

@@ -135,7 +135,7 @@ class Progress:
             elif all(self.status(n) == "passed" for n in names):
                 lines.append("  -> what ran passes, but not every test of this unit ran: "
                              "run `pytest` to see the unit as a whole")
-        lines += self.total_lines(hidden)
+        lines += self.total_lines(hidden, self.term.hidden_loaded)
         return "\n".join(lines)
 
     def points_column(self, adapter: str, hidden_cases: int) -> str:
@@ -147,13 +147,15 @@ class Progress:
             return f"{self.points(adapter):4.1f}/{whole:.1f} points"
         return f"{self.points(adapter):4.1f}/{public:.1f} public  +{whole - public:.1f} hidden ({hidden_cases} cases)"
 
-    def total_lines(self, hidden: dict) -> list[str]:
-        """The total, and how hidden cases add to it."""
+    def total_lines(self, hidden: dict, hidden_ran: bool = False) -> list[str]:
+        """The total, and how hidden cases add to it (`hidden_ran`: --hidden, as the grader runs them)."""
         functions = [n for n in self.covered if n in self.totals] or list(self.covered)
         total = sum(self.covered[n]["points"] for n in functions)
         earned = sum(self.points(n) for n in self.results if not self.unrun(n))
         public = sum(self.max_public_points(n) for n in functions)
         scope = "" if self.full_run() else " of the functions whose tests all ran"
+        if hidden_ran:
+            return [f"Total: {earned:.1f}/{total:g} points{scope}, hidden cases included: counted as the grader counts"]
         lines = [f"Total: {earned:.1f}/{total:g} points from the public tests{scope}, an estimate: as if each "
                  "hidden twin passes as its public case did (the grade counts fresh values only)"]
         if hidden:
