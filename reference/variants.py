@@ -232,6 +232,9 @@ register("negative_ids_wrap", "plain weights[ids]: negative ids wrap to the last
 register("detached_table", "the table is detached, so it gets no gradient",
          hint="a detached table: no gradient reaches the weights", named_by="no gradient reaches", mistake=4,
          embeddings__embedding_lookup=lambda w, ids: _lookup(w.detach(), ids))
+register("embedding_padding_idx", "F.embedding(..., padding_idx=0): row 0 gets no gradient (blind trial 6)",
+         named_by="padding_idx",
+         embeddings__embedding_lookup=lambda w, ids: F.embedding(ids, w, padding_idx=0))
 register("bf16_round_trip", "the table goes through bf16 and back",
          hint="a table rounded through bfloat16 and back: a lookup must copy rows bit-exactly", mistake=5,
          embeddings__embedding_lookup=lambda w, ids: _lookup(w.to(torch.bfloat16), ids).to(w.dtype))
@@ -444,6 +447,7 @@ class _MHA(attention.MultiHeadSelfAttention):
     causal_mask = staticmethod(lambda seq, device: torch.ones(seq, seq, dtype=torch.bool, device=device).tril())
     transpose_heads, transpose_merge = True, True
     rope_on_d_model = False
+    rotate_values = False  # RoPE on V as well as Q and K
     positions = "reference"  # or "meet_heads", "ignored", "skipped_when_none", "cpu_default", "unhandled_none",
     # "asserted"
 
@@ -471,6 +475,7 @@ class _MHA(attention.MultiHeadSelfAttention):
         if self.rope is not None and not self.rope_on_d_model and rotate:
             positions = token_positions if self.positions == "meet_heads" else token_positions.unsqueeze(-2)
             q, k = self.rope(q, positions), self.rope(k, positions)
+            v = self.rope(v, positions) if self.rotate_values else v
         mask = self.causal_mask(seq, x.device)
         out = attention.scaled_dot_product_attention(q, k, v, mask)
         if not self.transpose_merge:  # [..., h, s, e] read as [..., s, h*e]: positions and heads mix
@@ -585,6 +590,9 @@ _IN_16_BITS = ("upcast the 16-bit inputs (and weights) to float32, compute, and 
 register("softmax_in_16_bits", "softmax computed in the input's float16/bfloat16",
          hint=f"a softmax computed in float16/bfloat16 (x - max, exp and the sum each round to 16 bits); {_IN_16_BITS}",
          attention__softmax=_softmax_in_input_dtype)
+register("softmax_not_cast_back", "softmax upcasts to float32 and returns float32 (blind trial 6)",
+         named_by="your values are right, in float32",
+         attention__softmax=lambda x, dim, softmax=attention.softmax: softmax(widen(x), dim))
 register("attention_scores_in_16_bits", "attention scores and probabilities computed in float16/bfloat16",
          hint=("attention computed in float16/bfloat16: the scores Q K^T, the probabilities and their product "
                f"with V each round to 16 bits; {_IN_16_BITS}"),
@@ -987,6 +995,9 @@ register("rope_einsum_positions_meet_heads", "einsum RoPE with [B, T] positions 
          named_by="against [batch, heads, seq, d_k]",
          attention__MultiHeadSelfAttention=_set(_MHA, positions="meet_heads"),
          rope__RotaryPositionalEmbedding=_set(_RoPE, einsum=True))
+register("rope_on_values", "RoPE applied to V as well as to Q and K (blind trial 6)",
+         hint="RoPE applied to V as well; rotate only Q and K: positions act through the scores, and V is never rotated",
+         attention__MultiHeadSelfAttention=_set(_MHA, rotate_values=True))
 register("mha_rope_ignores_positions", "attention with RoPE uses arange(seq), not token_positions",
          hint="attention with RoPE that ignores token_positions and rotates by arange(seq)",
          attention__MultiHeadSelfAttention=_set(_MHA, positions="ignored"))

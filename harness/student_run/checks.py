@@ -103,8 +103,24 @@ def check_gradient(adapters, term: Term, case: Case) -> None:
             gross = (grad.detach().double() - expected).abs().max() > 0.1 * expected.abs().max()
             why = (": the backward pass does not follow the forward computation (look for .detach(), .data, "
                    "torch.no_grad() or a hand-written backward on the path to it)" if gross else "")
+            why = _zero_rows(grad.detach(), expected, case, path) or why
             raise Mismatch(f"{e}\nWhat differs: the output is right, only the gradient with respect to `{path}` "
                            f"is wrong{why}.") from None
+
+
+def _zero_rows(grad: torch.Tensor, expected: torch.Tensor, case: Case, path: str) -> str | None:
+    """Where the wrong gradient is exactly 0 in whole rows and right in every other: what stops it there
+    (a blind trial's padding_idx=0 was told to look for .detach())."""
+    if grad.dim() < 2 or grad.shape != expected.shape:
+        return None
+    wrong = mismatched(grad, expected.to(grad.dtype), gradient_atol(case, expected), case.grad_rtol)
+    rows = wrong.flatten(1).any(1).nonzero().flatten().tolist()
+    if not rows or len(rows) == grad.shape[0] or grad[rows].count_nonzero() or not expected[rows].count_nonzero():
+        return None
+    shown = ", ".join(map(str, rows[:8])) + (", ..." if len(rows) > 8 else "")
+    return (f": it is 0 in row{'s' if len(rows) > 1 else ''} {shown} of `{path}` and right in every other row, so "
+            "something stops the gradient for exactly those rows: `padding_idx` in F.embedding or nn.Embedding, "
+            "a mask, or an in-place write into those rows")
 
 
 def gradient_atol(case: Case, expected: torch.Tensor) -> float:
