@@ -295,6 +295,12 @@ def _odd_slopes(num_heads):
     return torch.cat([_geometric_slopes(c), _geometric_slopes(2 * c)[1::2][:num_heads - c]])
 
 
+def _first_extra_slopes(num_heads):
+    """The extra heads take 2c's first slopes 1, 2, 3, ... instead of every other one (blind trial 6)."""
+    c = 2 ** math.floor(math.log2(num_heads))
+    return torch.cat([_geometric_slopes(c), _geometric_slopes(2 * c)[:num_heads - c]])
+
+
 def _press_get_slopes(n):
     """Press et al.'s get_slopes as published: products of Python (float64) floats."""
     def power_of_2(n):
@@ -369,6 +375,10 @@ register("alibi_slopes_every_other_from_second", "the extra heads take 2c's slop
          hint=("the extra heads take every other slope of 2c heads from its second; Press et al. take them from its "
                "first (slopes 1, 3, 5, ... of 2c heads)"),
          positions__alibi_slopes=_odd_slopes)
+register("alibi_slopes_first_of_2c", "the extra heads take 2c's first slopes 1, 2, 3, ... (blind trial 6)",
+         hint=("the extra heads take the first slopes of 2c heads; Press et al. take every other one, its slopes "
+               "1, 3, 5, ..."),
+         positions__alibi_slopes=_first_extra_slopes)
 register("alibi_bias_positive", "ALiBi's bias with the sign of the distance flipped: +slope x |i - j|",
          hint="a bias of +slope x |i - j|: the sign is flipped; ALiBi subtracts slope x distance, so far keys weigh less",
          positions__alibi_bias=_alibi_from(lambda i, j: -(i - j).abs()))
@@ -446,6 +456,7 @@ class _MHA(attention.MultiHeadSelfAttention):
     """The reference MHA with a knob per mistake in building or splitting heads."""
     causal_mask = staticmethod(lambda seq, device: torch.ones(seq, seq, dtype=torch.bool, device=device).tril())
     transpose_heads, transpose_merge = True, True
+    heads_layout = "h e"  # "e h": head h takes every num_heads-th column
     rope_on_d_model = False
     rotate_values = False  # RoPE on V as well as Q and K
     positions = "reference"  # or "meet_heads", "ignored", "skipped_when_none", "cpu_default", "unhandled_none",
@@ -469,7 +480,7 @@ class _MHA(attention.MultiHeadSelfAttention):
 
         def heads(t):
             if self.transpose_heads:
-                return rearrange(t, "... s (h e) -> ... h s e", h=h)
+                return rearrange(t, f"... s ({self.heads_layout}) -> ... h s e", h=h)
             return t.reshape(*t.shape[:-2], h, seq, d // h)  # view without the transpose
         q, k, v = heads(q), heads(k), heads(v)
         if self.rope is not None and not self.rope_on_d_model and rotate:
@@ -480,7 +491,7 @@ class _MHA(attention.MultiHeadSelfAttention):
         out = attention.scaled_dot_product_attention(q, k, v, mask)
         if not self.transpose_merge:  # [..., h, s, e] read as [..., s, h*e]: positions and heads mix
             return self.output_proj(out.reshape(*out.shape[:-3], seq, d))
-        return self.output_proj(rearrange(out, "... h s e -> ... s (h e)"))
+        return self.output_proj(rearrange(out, f"... h s e -> ... s ({self.heads_layout})"))
 
     def __init__(self, d_model, num_heads, max_seq_len=None, theta=None, device=None, dtype=None):
         super().__init__(d_model, num_heads, max_seq_len, theta, device=device, dtype=dtype)
@@ -525,6 +536,10 @@ register("heads_split_without_transpose", "view(B, H, T, d_k) without the transp
                "transpose(-2, -3)"),
          mistake=21,
          attention__MultiHeadSelfAttention=_set(_MHA, transpose_heads=False))
+register("heads_split_d_h", "heads split and merged as (d_k h): strided columns (blind trial 6)",
+         hint=("heads split as (d_k h), so head h takes every num_heads-th column; head h is columns h*d_k .. "
+               "(h+1)*d_k - 1, as (h d_k)"),
+         attention__MultiHeadSelfAttention=_set(_MHA, heads_layout="e h"))
 register("heads_merged_without_transpose", "heads merged by reshape(..., seq, d_model) without the transpose",
          hint=("heads merged by reshape(..., seq, d_model) without the transpose; transpose [..., h, seq, d_k] "
                "back to [..., seq, h, d_k] first"),
@@ -607,6 +622,7 @@ register("attention_rounds_between_steps", "multi-head attention rounds to 16 bi
 class _RoPE(nn.Module):
     """RoPE with a knob per known mistake; the correct settings match the reference."""
     pairing, freq_offset, learnable, tables_in_forward, fixed_theta, einsum = "interleaved", 0, False, False, None, False
+    exponent = 2  # pair k turns at theta^(-exponent k / d_k)
 
     def __init__(self, theta, d_k, max_seq_len, device=None):
         super().__init__()
@@ -622,7 +638,7 @@ class _RoPE(nn.Module):
     def _tables(self, device):
         k = torch.arange(self.d_k // 2, dtype=torch.float64, device=device) + self.freq_offset
         angles = torch.arange(self.max_seq_len, dtype=torch.float64, device=device)[:, None] * \
-            self.theta ** (-2 * k / self.d_k)
+            self.theta ** (-self.exponent * k / self.d_k)
         return angles.cos().float(), angles.sin().float()
 
     @_float32_inside
@@ -648,6 +664,9 @@ register("rope_half_split", "rotate_half pairing (i, i + d/2) instead of interle
 register("rope_frequency_off_by_one", "theta^(-2(k+1)/d)",
          hint="RoPE frequencies off by one: pair k (0-based) uses theta^(-2k/d_k)", mistake=25,
          rope__RotaryPositionalEmbedding=_set(_RoPE, freq_offset=1))
+register("rope_exponent_without_2", "RoPE frequencies theta^(-k/d) (blind trial 6)",
+         hint="RoPE frequencies theta^(-k / d_k) for pair k; pair k = 0 .. d_k/2 - 1 turns at theta^(-2k / d_k)",
+         rope__RotaryPositionalEmbedding=_set(_RoPE, exponent=1))
 register("rope_before_head_split", "RoPE over d_model before the head split",
          hint="RoPE applied over d_model before the head split; rotate each head with d_k", mistake=26,
          attention__MultiHeadSelfAttention=_set(_MHA, rope_on_d_model=True))
@@ -769,7 +788,7 @@ class _Block(model.TransformerBlock):
         h = self.ln1(x)
         z = (h if self.residual_from_norm else x) + self.attn(h)
         h = self.ln2(z)
-        return (h if self.residual_from_norm else z) + self.ffn(h)
+        return (h if self.residual_from_norm is True else z) + self.ffn(h)
 
 
 
@@ -798,6 +817,9 @@ class _LM(model.TransformerLM):
 register("post_norm_block", "post-norm instead of pre-norm",
          hint="a post-norm block; this block is pre-norm: x + MHA(RMSNorm(x))", mistake=36,
          model__TransformerBlock=_set(_Block, post_norm=True))
+register("first_residual_from_normalised", "the attention residual adds the normalised input (blind trial 6)",
+         hint="an attention residual that adds the normalised input, z = RMSNorm(x) + MHA(RMSNorm(x)); add the raw x",
+         model__TransformerBlock=_set(_Block, residual_from_norm="first"))
 register("residual_from_normalised", "the residual adds the normalised input",
          hint="a residual that adds the normalised input; add the raw input x", mistake=37,
          model__TransformerBlock=_set(_Block, residual_from_norm=True))
