@@ -1147,10 +1147,11 @@ class _GPT2Block(gpt2.GPT2Block):
 
 
 class _GPT2LM(gpt2.GPT2LM):
-    final_norm, untied, residual_scale = True, False, True
+    final_norm, untied, residual_scale, final_eps = True, False, True, 1e-5
 
     def __init__(self, vocab_size, context_length, d_model, *args, **kwargs):
         super().__init__(vocab_size, context_length, d_model, *args, **kwargs)
+        self.ln_final.eps = self.final_eps
         if self.untied:
             self.lm_head = attention.Linear(d_model, vocab_size)
             nn.init.normal_(self.lm_head.weight, 0.0, 0.02)
@@ -1237,6 +1238,9 @@ register("gpt2_block_post_ln", "post-LN GPT-2 block (GPT-1 / original Transforme
          hint="a post-LN block (GPT-1's order); GPT-2 is pre-LN: x + Attn(LayerNorm(x))", gpt2__GPT2Block=_GPT2Block)
 register("gpt2_lm_no_final_norm", "the GPT-2 LM skips the final LayerNorm",
          hint="the final LayerNorm (ln_final) left out before the tied LM head", gpt2__GPT2LM=_set(_GPT2LM, final_norm=False))
+register("gpt2_final_norm_eps_1e_6", "GPT-2's final LayerNorm with eps 1e-6 (blind trial 6)",
+         hint="a final LayerNorm (ln_final) with eps 1e-6; GPT-2's LayerNorms all use eps 1e-5",
+         gpt2__GPT2LM=_set(_GPT2LM, final_eps=1e-6))
 register("gpt2_lm_untied_head", "the GPT-2 LM has its own lm_head matrix", named_by="tied",
          gpt2__GPT2LM=_set(_GPT2LM, untied=True))
 register("gpt2_init_residual_unscaled", "GPT-2 init without the 1/sqrt(2 num_layers) residual scale",
@@ -1729,6 +1733,18 @@ def _load_model_only(src, model, optimizer):
 
 register("cross_entropy_one_hot", "cross-entropy through a one-hot [..., vocab_size] of the targets",
          named_by="a one-hot [..., vocab_size]", training__cross_entropy=_ce_one_hot)
+def _clip_without_eps(parameters, max_l2_norm):
+    """The scale max_l2_norm / norm, without CS336's + 1e-6 (blind trial 6)."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    norm = torch.sqrt(sum((g.double() ** 2).sum() for g in grads))
+    if norm > max_l2_norm:
+        for g in grads:
+            g.copy_(g.double() * (max_l2_norm / norm))
+
+
+register("clip_without_eps", "gradient clipping by max_l2_norm / norm, without the + 1e-6",
+         named_by="+ 1e-6 in the scale",  # its case's note: values near 1e-5 are below a fingerprint's floor
+         training__gradient_clipping=_clip_without_eps)
 register("clip_per_parameter", "gradient clipping per parameter instead of one global norm",
          hint="each gradient clipped by its own norm: the norm is one global norm over all gradients together",
          named_by="its own norm", training__gradient_clipping=_clip_each)

@@ -157,6 +157,13 @@ def sharp(weights: dict[str, Gen], prefix: str = "") -> dict[str, Gen]:
     return {k: normal(*g.shape, scale=2.0) if k in keys else g for k, g in weights.items()}
 
 
+def tiny_stream(weights: dict[str, Gen]) -> dict[str, Gen]:
+    """`weights` whose residual stream stays near 1e-3 (small embeddings, and small projections back into
+    it): each LayerNorm then divides by about sqrt(1e-6 + eps), so its eps shows (blind trial 6's 1e-6)."""
+    small = ("embeddings.weight", "output_proj.weight", "output_proj.bias", "c_proj.weight", "c_proj.bias")
+    return {k: normal(*g.shape, scale=1e-3) if k.endswith(small) else g for k, g in weights.items()}
+
+
 def _weights(shapes: dict, dtype: str = "float32") -> dict[str, Gen]:
     """Random non-unit weights for the contract's state-dict shapes, all of `dtype`."""
     return {key: (bias if key.endswith(".bias") else gain)(*shape, dtype=dtype) if len(shape) == 1
@@ -831,6 +838,9 @@ GPT2 = [
     case("run_gpt2_lm", "truncated", "one layer, ids [2, 5]: fewer tokens than context_length=10; large Wq, Wk",
          tolerance=SHARP_NORMED, vocab_size=30, context_length=10, d_model=12, num_layers=1, num_heads=3, d_ff=20,
          weights=sharp(gpt2_lm_weights(30, 10, 12, 1, 20), "layers.0.attn."), in_indices=ints(2, 5, high=30)),
+    case("run_gpt2_lm", "tiny-stream", "V=26, T=8, d_model=18, 1 layer: a residual stream near 1e-3, where each "
+         "LayerNorm's eps (1e-5) shows", vocab_size=26, context_length=8, d_model=18, num_layers=1, num_heads=3,
+         d_ff=28, weights=tiny_stream(gpt2_lm_weights(26, 8, 18, 1, 28)), in_indices=ints(2, 5, high=26)),
     case("run_gpt2_lm", "bf16", "bfloat16 weights, V=40, T=14, d_model=16, 1 layer, 2 heads: float32 throughout, "
          "the logits rounded once", vocab_size=40, context_length=14, d_model=16, num_layers=1, num_heads=2, d_ff=36,
          weights=gpt2_lm_weights(40, 14, 16, 1, 36, dtype="bfloat16"), in_indices=ints(3, 10, high=40)),
@@ -934,6 +944,9 @@ TRAIN_PIECES: list[Spec] = [
     case("run_clip_gradients", "mixed-norms", "one large gradient, two small ones below the max on their own",
          gradients={"big": normal(4, 4, scale=3.0), "small": normal(3, scale=0.05), "tiny": normal(2, 2, scale=0.01)},
          max_l2_norm=1.0, num_without_grad=2),
+    case("run_clip_gradients", "small-norm", "joint norm about 1e-3 > max 1e-4: there CS336's + 1e-6 in the scale "
+         "moves it by 1e-3, which a scale without it misses", tolerance=(1e-12, 1e-5),
+         gradients={"w": normal(3, 4, scale=2e-4), "b": normal(5, scale=2e-4)}, max_l2_norm=1e-4),
     case("run_clip_gradients", "fp16-large", "float16 gradients of size about 300: their squares overflow float16",
          gradients={"w": normal(4, 5, scale=300.0, dtype="float16"), "b": normal(5, scale=300.0, dtype="float16")},
          max_l2_norm=1.0),
