@@ -719,13 +719,16 @@ def test_two_graders_at_once_and_a_later_batch_finds_no_key(graded, tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0, reason="a copy of its own needs root to give away")
 def test_a_submissions_copy_is_its_slots_uid_alone(tmp_path):
     """Without bubblewrap a worker sees the host's /tmp: a neighbour's worker once read the
-    reference's copy there and a stub scored 85. With the uid drop each copy is its uid's, 0700."""
+    reference's copy there and a stub scored 85. With the uid drop each copy is readable by its uid's
+    group alone (0750/0640), and owned by the grader: the submission cannot change its own files."""
     from harness.grading.grade import _copy_code
     reference_as_student(tmp_path / "sub")
     _copy_code(tmp_path / "sub", tmp_path / "copy", 61999)
     for path in [tmp_path / "copy", *(tmp_path / "copy").rglob("*")]:
         info = path.stat()
-        assert info.st_uid == 61999 and stat.S_IMODE(info.st_mode) & 0o077 == 0, path
+        mode = stat.S_IMODE(info.st_mode)
+        assert info.st_uid == os.geteuid() and info.st_gid == 61999, path
+        assert mode & 0o007 == 0 and mode & 0o020 == 0 and mode & 0o040, (path, oct(mode))
 
 
 def test_the_uid_locks_are_the_graders_own(tmp_path, monkeypatch):

@@ -330,7 +330,8 @@ def test_without_bubblewrap_a_folder_anyone_may_write_to_without_the_sticky_bit_
     assert writable == [shared, sticky]
     with pytest.raises(BadSetup, match=rf"(?s)folders every user may write to lack the sticky bit \({re.escape(str(shared))}\).*\n    chmod \+t {re.escape(str(shared))}\n"):
         refuse_unsticky(writable)
-    os.chmod(shared, 0o1777)
+    refuse_unsticky(writable, fix=True)  # Gradescope's container, graded once: the bit is set instead
+    assert shared.stat().st_mode & 0o7777 == 0o1777
     refuse_unsticky(writable)
 
 

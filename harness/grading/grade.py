@@ -111,7 +111,8 @@ class Graded:
 class Grader:
     def __init__(self, project: Path, term: str, timeout: float, case_timeout: float, memory_mb: int,
                  require_confinement: bool = False, protections: Protections | None = None,
-                 uid_block: int | None = None, submissions: list[Path] = (), out: Path | None = None):
+                 uid_block: int | None = None, submissions: list[Path] = (), out: Path | None = None,
+                 disposable_host: bool = False):
         self.project, self.term_name = project, term
         Term(project, term, hidden=True)  # verify hashes before grading anything
         self.protections = protections or Protections.detect()
@@ -133,7 +134,7 @@ class Grader:
             except OSError as e:
                 raise BadSetup(f"without bubblewrap, the host's folders must be scanned first: {e}") from None
             refuse_readable(project, submissions, out, copies)
-            refuse_unsticky(writable)
+            refuse_unsticky(writable, fix=disposable_host)
             self.writable = [str(p) for p in writable]
         self.settings = {"timeout": timeout, "case_timeout": case_timeout, "memory_mb": memory_mb,
                          "protections": asdict(self.protections), "writable": self.writable}
@@ -253,15 +254,20 @@ SAFE_SETUP = ("Install bubblewrap, or grade from a venv of the system's Python o
               "(as gradescope/setup.sh and run_autograder do).")
 
 
-def refuse_unsticky(writable: list[Path]) -> None:
+def refuse_unsticky(writable: list[Path], fix: bool = False) -> None:
     """BadSetup naming the folders every user may write to that lack the sticky bit: in one, a worker
     may rename or delete files that are not its own, and set extended attributes on the folder itself,
-    which no removal of its files takes away (red team 6 left hidden inputs there for a later submission)."""
+    which no removal of its files takes away (red team 6 left hidden inputs there for a later submission).
+    `fix`: a host graded once and thrown away (Gradescope's container): set the bit instead."""
     unsticky = []
     for folder in writable:
         try:
-            if not folder.lstat().st_mode & stat.S_ISVTX:
-                unsticky.append(folder)
+            mode = folder.lstat().st_mode
+            if not mode & stat.S_ISVTX:
+                if fix:
+                    os.chmod(folder, stat.S_IMODE(mode) | stat.S_ISVTX)
+                else:
+                    unsticky.append(folder)
         except OSError:
             pass
     if unsticky:
@@ -636,11 +642,12 @@ def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs
               timeout: float = 600.0, case_timeout: float = 30.0, memory_mb: int = 4096,
               progress=None, require_confinement: bool = False, announce=None,
               protections: Protections | None = None, shard: tuple[int, int] | None = None,
-              uid_block: int | None = None) -> list[Graded]:
+              uid_block: int | None = None, disposable_host: bool = False) -> list[Graded]:
     """Grade `submissions` (with `shard` (K, N): only the K-th of N slices of them) into `out`, and
     rebuild its grades.csv and class report from every result folder there. `uid_block`: the
-    block of worker uids to use (default: the first free one of UID_BLOCKS). Returns this run's
-    results, in the order given."""
+    block of worker uids to use (default: the first free one of UID_BLOCKS). `disposable_host`: a container
+    that grades one submission and is thrown away (Gradescope's), whose shared folders the grader may
+    fix rather than refuse. Returns this run's results, in the order given."""
     names = submission_names(submissions)  # over the whole list, so that every shard names alike
     if len(set(names)) != len(names):  # the same file given twice
         raise ValueError("a submission is given twice: " + ", ".join(sorted({n for n in names if names.count(n) > 1})))
@@ -649,7 +656,7 @@ def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs
         submissions, names = [s for s, n in zip(submissions, names) if n in mine], [n for n in names if n in mine]
     with _bounded_grader():
         grader = Grader(project, term, timeout, case_timeout, memory_mb, require_confinement, protections, uid_block,
-                        submissions, out)
+                        submissions, out, disposable_host)
         try:
             return _grade_with(grader, submissions, names, out, jobs, progress, announce)
         finally:

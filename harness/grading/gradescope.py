@@ -154,7 +154,8 @@ def run(autograder: Path, protections: Protections | None = None) -> dict:
             term = pinned_term(source)
             try:
                 [graded] = grade_all(source, [autograder / "submission"], term, out, jobs=1, timeout=TIMEOUT,
-                                     case_timeout=CASE_TIMEOUT, protections=protections, uid_block=block)
+                                     case_timeout=CASE_TIMEOUT, protections=protections, uid_block=block,
+                                     disposable_host=True)  # this container grades one submission
                 data = results_json(graded, term)
                 print(f"harness gradescope: {graded.status}, {graded.score:.2f}\n{graded.output[-4000:]}")
             finally:
