@@ -182,9 +182,11 @@ def test_a_probe_that_cannot_be_judged_is_skipped_not_failed():
     assert failed and re.search(rf"\b{len(failed)} failed, 1 skipped\b", out), out
     assert "not judged" not in out, out
     import reference.variants  # a notebook's check() says the same, and does not call the skip a pass
-    probe = [t for t in check("run_linear", reference.variants.linear_without_transpose.run_linear, quiet=True).tests
-             if "meta_device" in t.name]
+    result = check("run_linear", reference.variants.linear_without_transpose.run_linear, quiet=True)
+    probe = [t for t in result.tests if "meta_device" in t.name]
     assert [t.outcome for t in probe] == ["skipped"] and "fix run_linear on the CPU first" in probe[0].message, probe
+    # a newcomer found the skip among result.failed: it is in result.skipped, and the result is not ok
+    assert probe == result.skipped and probe[0] not in result.failed and result.failed and not result.ok
 
 
 def test_points_read_as_the_public_share_and_the_hidden_share():

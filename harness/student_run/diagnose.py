@@ -202,9 +202,13 @@ def rounding_sized(actual, expected) -> str | None:
     if worst > ROUNDING_ULPS:
         return None
     dtype = str(expected.dtype).removeprefix("torch.")
+    # Which step lost the precision is not known here: a 16-bit step, or a float32 form that loses it too
+    # (a newcomer's log(exp(x) / sum(exp(x))) in float32 was once told only of float16).
     return (f"every error is rounding-sized: at most {worst:.2g} ulp of {dtype} at the largest |value| "
-            f"({scale.item():.3g}), as when part of the computation runs in {dtype} or is rounded to it between "
-            "steps. Compute in float32 throughout (upcast the inputs and the weights) and round once at the end")
+            f"({scale.item():.3g}): the formula is right, its precision is not. Either part of the computation "
+            f"runs in {dtype} (or is rounded to it between steps), or a step loses precision even in float32 "
+            "(the log of a softmax where log-sum-exp keeps it, a sum of exps that underflows). Compute in "
+            "float32 throughout (upcast the inputs and the weights), in a stable form, and round once at the end")
 
 
 def dtype_slip(actual, expected, inputs: dict) -> str | None:
