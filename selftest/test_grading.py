@@ -927,3 +927,30 @@ def test_hidden_cases_that_cannot_import_files_changed_since_the_visible_ones_ar
     done = subprocess.run([sys.executable, "-c", script], cwd=PROJECT, env=env, capture_output=True, text=True,
                           timeout=600)
     assert "STATUS grader-error True" in done.stdout, (done.stdout[-2000:], done.stderr[-3000:])
+
+
+@requires_bwrap
+def test_a_kept_sandbox_carries_nothing_to_the_slots_next_submission(tmp_path):
+    """A slot's sandbox, whose zygote has imported torch, serves the slot's next submission only once every
+    process of the last one is dead, its scratch folder is empty and nothing the last one could change
+    about the zygote (priority, CPUs, limits, OOM score) changed; else the next one gets a fresh sandbox."""
+    subs = tmp_path / "subs"
+    everything = ["nice", "affinity", "nofile", "oom"]
+    order = [with_attack(subs / "a_honest", "reference", "finds_taint.py", {}),
+             with_attack(subs / "b_leaves_a_file", "stubs", "taints_zygote.py", {"MARK": "6061", "CHANGES": []}),
+             with_attack(subs / "c_honest", "reference", "finds_taint.py", {}),
+             with_attack(subs / "d_taints", "stubs", "taints_zygote.py", {"MARK": "6061", "CHANGES": everything}),
+             with_attack(subs / "e_honest", "reference", "finds_taint.py", {})]
+    results = {r.name: r for r in grade_all(PROJECT, order, TERM, tmp_path / "out", jobs=1, timeout=300)}
+    # the zygote's OOM score is root's file (it is not dumpable): refused; the other three changes are made
+    assert "TAINTED ['nice', 'affinity', 'nofile', 'file']" in results["d_taints"].output, results["d_taints"].output
+    assert "TAINTED ['file']" in results["b_leaves_a_file"].output
+    found = {name: ast.literal_eval(re.search(r"FOUND (\{.*\})", results[name].output).group(1))
+             for name in ("a_honest", "c_honest", "e_honest")}
+    first = found["a_honest"]
+    for name in ("c_honest", "e_honest"):
+        assert results[name].score == FULL, (name, results[name].score)
+        assert {k: found[name][k] for k in ("nice", "cpus", "nofile", "scratch")} == \
+            {"nice": first["nice"], "cpus": first["cpus"], "nofile": first["nofile"], "scratch": []}, found
+    assert found["c_honest"]["zygote"] == first["zygote"], "a file left in scratch is removed, the zygote kept"
+    assert found["e_honest"]["zygote"] != first["zygote"], "a zygote that was changed is not kept"

@@ -114,11 +114,39 @@ class Grading:
                 test["message"] = str(report.longrepr[2]).removeprefix("Skipped: ")[:4000]
 
 
-def grade(project: Path, term: str, submission: Path, slot: int, settings: dict) -> dict:
-    protections = Protections(**settings["protections"])  # detected once, by `harness grade`
-    deadline = time.monotonic() + settings["timeout"]
+_kept: tuple[Sandbox, tuple] | None = None  # this slot's sandbox, for its next submission (Sandbox.finish)
+
+
+def _sandbox(submission: Path, slot: int, settings: dict, reuse: bool) -> Sandbox:
+    """The slot's kept sandbox where it serves this folder under the same settings, else a new one.
+    `reuse`: the submission's folder is its slot's own (Grader.prepare with a slot), whose parent the
+    sandbox may mount."""
+    global _kept
+    key = (submission, slot, json.dumps(settings, sort_keys=True))
+    if _kept is not None:
+        sandbox, kept_for = _kept
+        if kept_for == key and sandbox.process is not None:
+            return sandbox
+        close_kept()
     writable = [Path(p) for p in settings["writable"]] if settings.get("writable") is not None else None
-    sandbox = Sandbox(submission, protections, slot, settings["memory_mb"], settings["timeout"], writable)
+    sandbox = Sandbox(submission, Protections(**settings["protections"]),  # detected once, by `harness grade`
+                      slot, settings["memory_mb"], settings["timeout"], writable,
+                      reusable=reuse)
+    if sandbox.reusable:
+        _kept = (sandbox, key)
+    return sandbox
+
+
+def close_kept() -> None:
+    global _kept
+    if _kept is not None:
+        _kept[0].close()
+        _kept = None
+
+
+def grade(project: Path, term: str, submission: Path, slot: int, settings: dict, reuse: bool = False) -> dict:
+    deadline = time.monotonic() + settings["timeout"]
+    sandbox = _sandbox(submission, slot, settings, reuse)
     link = Link(sandbox, settings["case_timeout"], deadline=deadline)
     plugin = Grading(link)
     # The plugin by module, not by the installed package's entry point: Gradescope's venv holds
@@ -126,12 +154,12 @@ def grade(project: Path, term: str, submission: Path, slot: int, settings: dict)
     argv = [str(project / "tests"), "-q", "-p", "no:cacheprovider", "-p", "no:harness", "-p", "harness.student_run.plugin",
             "--rootdir", str(project),
             "--hidden", "--term", term, "--case-timeout", "0", *QUIET]
-    log = io.StringIO()
+    log, code = io.StringIO(), None
     try:
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             code = pytest.main(argv, plugins=[plugin])
-    finally:
-        output = sandbox.close()  # every process of the submission is dead after this
+    finally:  # every process of the submission is dead after this; a sandbox in doubt is not kept
+        output = sandbox.finish(reuse=code is not None and not (link.timed_out or link.sandbox_failed))
     return {"exit": int(code), "tests": list(plugin.tests.values()), "output": output,
             "timed_out": link.timed_out, "sandbox_failed": link.sandbox_failed, "log": log.getvalue()[-4000:] if not plugin.tests else "",
             "import_error": link.import_error, "functions": plugin.functions}
@@ -141,11 +169,18 @@ def main() -> None:
     # Replies go on the real stdout; anything else that writes to fd 1 goes to stderr.
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
+    try:
+        serve(replies)
+    finally:
+        close_kept()
+
+
+def serve(replies) -> None:
     for line in sys.stdin:
         job = json.loads(line)
         try:
             result = grade(Path(job["project"]), job["term"], Path(job["submission"]), job["slot"],
-                           job["settings"])
+                           job["settings"], job.get("reuse", False))
         except Exception as e:  # noqa: BLE001 - the batch records it as this submission's status
             result = {"exit": -1, "tests": [], "output": "", "timed_out": False, "sandbox_failed": True,
                       "log": f"the grading driver failed: {type(e).__name__}: {e}"}

@@ -136,6 +136,7 @@ class Grader:
             refuse_readable(project, submissions, out, copies)
             refuse_unsticky(writable, fix=disposable_host)
             self.writable = [str(p) for p in writable]
+        self.reuse_sandboxes = True  # a slot's sandbox serves its next submission (Sandbox.finish)
         self.settings = {"timeout": timeout, "case_timeout": case_timeout, "memory_mb": memory_mb,
                          "protections": asdict(self.protections), "writable": self.writable}
         blocks = range(UID_BLOCKS) if uid_block is None else [uid_block]
@@ -192,12 +193,18 @@ class Grader:
         sandbox.close()
         remove_tree(empty)
 
-    def prepare(self, submission: Path, name: str, uid: int | None = None) -> tuple[Graded, Path | None]:
+    def prepare(self, submission: Path, name: str, uid: int | None = None,
+                slot: int | None = None) -> tuple[Graded, Path | None]:
         """Vet and copy one submission; the copy holds only adapters.py and student/, and with
-        the uid drop it is that slot's uid's alone (a neighbour's worker cannot read it)."""
+        the uid drop it is that slot's uid's alone (a neighbour's worker cannot read it). With a
+        `slot`, the copy is that slot's folder's one entry, where its sandbox finds each in turn."""
         graded = Graded(name)
         unpacked = self.work / f"unpacked-{graded.name}"
         copy = self.work / f"submission-{graded.name}"
+        if slot is not None:
+            folder = self.work / f"slot-{slot}"
+            folder.mkdir(mode=0o711, exist_ok=True)
+            copy = folder / "submission"
         try:
             root = _unpack(submission, unpacked)
             graded.tampered = self._tampered(root)
@@ -338,7 +345,8 @@ class Driver:
     def grade(self, grader: Grader, copy: Path) -> dict:
         self.start(grader)
         job = {"project": str(grader.project), "term": grader.term_name, "submission": str(copy),
-               "slot": self.slot, "settings": grader.settings}
+               "slot": self.slot, "settings": grader.settings,
+               "reuse": grader.reuse_sandboxes and copy.parent.name == f"slot-{self.slot}"}
         self.process.stdin.write(json.dumps(job) + "\n")
         self.process.stdin.flush()
         # A watchdog over the whole submission: whatever it does, the batch goes on.
@@ -776,7 +784,7 @@ def _grade_one(grader: Grader, driver: Driver, submission: Path, name: str) -> G
     result, copy = Graded(name), None
     try:
         uid = driver.uid if grader.protections.uid_drop else None
-        result, copy = grader.prepare(submission, name, uid)
+        result, copy = grader.prepare(submission, name, uid, driver.slot)
         if copy is not None:
             grader.record(result, driver.grade(grader, copy))
     except TimeoutError as e:

@@ -65,6 +65,8 @@ HOST_COUNTERS = ("stat", "loadavg", "meminfo", "vmstat", "interrupts", "softirqs
 # (fs.file-max, shared by the machine), so one submission cannot starve every other of files.
 NOFILE = 256
 FORK_SECONDS = 60  # for the zygote to hand over a worker (its first fork imports what a gradient needs)
+RECYCLE_SECONDS = 10  # for the zygote to end one submission and be ready for the slot's next
+MAX_USES = 50  # submissions one sandbox serves before a fresh one (its zygote's CPU-time limit is per process)
 
 
 @dataclass
@@ -129,11 +131,17 @@ class Sandbox:
     Every worker, visible phase or hidden, is forked by the same zygote, with stdout the
     same pipe to the driver; in the hidden phase the driver drops what comes through it.
     Nothing the visible phase reports can depend on a hidden value: its verdicts and output
-    are final before the first hidden call."""
+    are final before the first hidden call.
+
+    `reusable` (bubblewrap only): the zygote, which has imported torch, serves the slot's next
+    submission too, a third of a submission's CPU spared. The submission's folder is then the slot's
+    own (its parent is mounted, so the next copy appears in it), and `finish()` keeps the sandbox
+    only once the zygote has recycled cleanly (worker.py: `_recycled`)."""
 
     def __init__(self, submission: Path, protections: Protections, slot: int, memory_mb: int,
-                 cpu_seconds: float, writable: list[Path] | None = None):
+                 cpu_seconds: float, writable: list[Path] | None = None, reusable: bool = False):
         self.protections, self.slot = protections, slot
+        self.reusable, self.uses = reusable and protections.bwrap is not None, 0
         self.writable = SHARED_TEMP if writable is None else writable  # without bubblewrap: cleaned after it
         # Named after the driver, so a grader can remove the sandboxes of drivers that died.
         self.root = Path(tempfile.mkdtemp(prefix=f"sandbox-{os.getpid()}-"))
@@ -262,6 +270,35 @@ class Sandbox:
             remove_tree(self.scratch)
             self.scratch = None
 
+    def finish(self, reuse: bool = True) -> str:
+        """End one submission: every process it started dead, and the end of what its visible-test workers
+        printed. A reusable sandbox stays for the next one if `reuse` and its zygote recycles cleanly;
+        else it is closed, and the next submission starts a fresh one."""
+        self.uses += 1
+        if not (reuse and self.reusable and self.uses < MAX_USES and self._recycle()):
+            return self.close()
+        data = self.output.read_bytes()
+        self.output.write_bytes(b"")
+        self.kept, self.hidden = 0, False
+        return data[-20_000:].decode("utf-8", "replace")
+
+    def _recycle(self) -> bool:
+        from harness.grading import wire
+        if self.process is None or self.process.poll() is not None:
+            return False
+        try:
+            self.control.settimeout(RECYCLE_SECONDS)  # a stopped or busy zygote: a fresh sandbox instead
+            wire.send(self.control, {"op": "recycle"})
+            reply = wire.recv(self.control)
+            self.control.settimeout(None)
+        except (OSError, wire.WireError):
+            return False
+        if not (isinstance(reply, dict) and reply.get("clean") is True):
+            return False
+        if self.stdout is not None:
+            self.pump(everything=True)  # its writers are dead: what they wrote is in the pipe
+        return True
+
     def close(self) -> str:
         """Stop, remove the sandbox folder and its cgroup, and return the end of what
         visible-test workers printed."""
@@ -329,7 +366,11 @@ class Sandbox:
         for packages in site.getsitepackages():  # an installed harness holds the catalogue: hide it
             if (Path(packages) / "harness").is_dir():
                 args += ["--tmpfs", str(Path(packages) / "harness")]
-        args += _mount(self.submission, Path("/submission"))
+        if self.reusable:  # the slot's folder, where each of its submissions is copied in turn
+            args += _mount(self.submission.parent, Path("/submissions"))
+            args += ["--symlink", f"/submissions/{self.submission.name}", "/submission"]
+        else:
+            args += _mount(self.submission, Path("/submission"))
         args += _mount(self.lib.parent, Path("/opt/harness-worker"))
         # Not at /tmp: Python itself may live there (a venv in /tmp), read-only. A tmpfs of its
         # own: bounded, and gone with the sandbox (no deep tree or full disk left behind).

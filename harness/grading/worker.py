@@ -8,7 +8,9 @@ expected values, fixture files or case metadata: only the arguments of one call.
             crashed or timed out is replaced the same way, so no half-imported module
             outlives a timeout. Hidden-case workers are forked once every visible-test
             process is dead (the "kill" request); the zygote is never told the phase, and
-            its stdout is the same pipe, which the grader then drops.
+            its stdout is the same pipe, which the grader then drops. With bubblewrap it
+            serves the slot's next submission too ("recycle"), once every other process is
+            dead, its scratch folder empty and nothing about itself changed.
     worker  answers requests from the grader: call an adapter, the gradient of a
             result (vector-Jacobian product), a method of a module it returned, or a
             probe (allocation size, meta device) run over one of those.
@@ -19,6 +21,9 @@ importable here; they are copied into the sandbox on their own, without the rest
 
 import ctypes
 import os
+import platform
+import resource
+import shutil
 import signal
 import socket
 import sys
@@ -30,6 +35,7 @@ import torch
 from harness.grading import wire
 
 SUBMISSION = "/submission"  # where the sandbox mounts it; main() may say otherwise
+SCRATCH = "/scratch"        # the sandbox's one writable folder (a tmpfs)
 
 
 # ---------------------------------------------------------------- zygote
@@ -39,6 +45,7 @@ def zygote(control_fd: int, namespace: bool) -> None:
     _set_dumpable(False)
     control = socket.socket(fileno=control_fd)
     warm = False
+    born = _own_state()
     while True:
         try:
             request = wire.recv(control)
@@ -69,6 +76,8 @@ def zygote(control_fd: int, namespace: bool) -> None:
         elif request["op"] == "kill":
             _kill_all_but_me(namespace)
             wire.send(control, {"killed": True})
+        elif request["op"] == "recycle":
+            wire.send(control, {"clean": namespace and _recycled(born)})
 
 
 def _warm_up() -> None:
@@ -179,6 +188,49 @@ def _set_dumpable(on: bool) -> None:
         ctypes.CDLL(None).prctl(4, int(on), 0, 0, 0)  # PR_SET_DUMPABLE
     except (OSError, AttributeError):
         pass
+
+
+# What a process of the same uid can change about another without ptrace (which non-dumpable
+# denies): its limits (prlimit), priority, CPUs, scheduling class, I/O priority and OOM score.
+# Every worker inherits them, so a submission that changed one would reach the next.
+_IOPRIO_GET = {"x86_64": 252, "aarch64": 31}.get(platform.machine())
+
+
+def _own_state() -> tuple:
+    limits = [resource.getrlimit(getattr(resource, r)) for r in dir(resource) if r.startswith("RLIMIT_")]
+    with open("/proc/self/oom_score_adj") as f:
+        oom = f.read()
+    io = ctypes.CDLL(None, use_errno=True).syscall(_IOPRIO_GET, 1, 0) if _IOPRIO_GET else None
+    return (limits, os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)),
+            os.sched_getscheduler(0), os.sched_getparam(0).sched_priority, oom, io)
+
+
+def _recycled(born: tuple) -> bool:
+    """Ready for the slot's next submission: every other process of the sandbox dead, the scratch folder
+    (its one writable place) emptied, and this zygote as it started. Anything else, or any error, says
+    no: the grader then starts a fresh sandbox, and the next submission meets nothing of this one."""
+    try:
+        _kill_all_but_me(True)
+        if [p for p in _pids() if p not in (1, os.getpid())]:
+            return False
+        for entry in os.scandir(SCRATCH):
+            _remove(entry.path)
+        return not os.listdir(SCRATCH) and _own_state() == born
+    except BaseException:  # noqa: BLE001 - a tree too deep or too odd to remove, a vanished /proc entry
+        return False
+
+
+def _remove(path: str) -> None:
+    """A file or a whole tree, folders the submission closed to itself included (it owns them)."""
+    if not os.path.isdir(path) or os.path.islink(path):
+        os.unlink(path)
+        return
+    folders = [path]
+    while folders:  # opened first, top down and without recursion; removal then fails loudly on what is left
+        folder = folders.pop()
+        os.chmod(folder, 0o700)
+        folders += [e.path for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
+    shutil.rmtree(path)
 
 
 # ---------------------------------------------------------------- worker
