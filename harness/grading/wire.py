@@ -34,8 +34,30 @@ class WireError(Exception):
 def send(sock: socket.socket, value) -> None:
     tensors: dict[str, torch.Tensor] = {}
     header = json.dumps(_encode(value, tensors, set())).encode()
-    blob = save(tensors) if tensors else b""
+    blob = _blob(tensors) if tensors else b""
     sock.sendall(_HEAD.pack(len(header), len(blob)) + header + blob)
+
+
+_CODES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+          torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+          torch.bool: "BOOL"}
+
+
+def _blob(tensors: dict[str, torch.Tensor]) -> bytes:
+    """The safetensors file of these contiguous tensors, written here: safetensors' own `save` took 5x as
+    long (its numpy round trip per tensor), on ~1,300 messages a submission each way. The receiver
+    still parses it with safetensors' `load`. Other dtypes go through `save`."""
+    if any(t.dtype not in _CODES for t in tensors.values()):
+        return save(tensors)
+    header, chunks, offset = {}, [], 0
+    for key, t in tensors.items():
+        data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        header[key] = {"dtype": _CODES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
+        chunks.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # safetensors aligns the data to 8 bytes
+    return struct.pack("<Q", len(text)) + text + b"".join(chunks)
 
 
 def recv(sock: socket.socket, deadline: float | None = None):
