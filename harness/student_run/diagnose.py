@@ -202,13 +202,15 @@ def rounding_sized(actual, expected) -> str | None:
     if worst > ROUNDING_ULPS:
         return None
     dtype = str(expected.dtype).removeprefix("torch.")
-    # Which step lost the precision is not known here: a 16-bit step, or a float32 form that loses it too
-    # (a newcomer's log(exp(x) / sum(exp(x))) in float32 was once told only of float16).
+    # What made so small a difference is not known here: a 16-bit step, a float32 form that loses precision
+    # (a newcomer's log(exp(x) / sum(exp(x))) was told only of float16), or a tiny term elsewhere (blind
+    # trial 7's clipping scale max_norm / norm + 1e-6, eps outside the division). All three are named.
     return (f"every error is rounding-sized: at most {worst:.2g} ulp of {dtype} at the largest |value| "
-            f"({scale.item():.3g}): the formula is right, its precision is not. Either part of the computation "
-            f"runs in {dtype} (or is rounded to it between steps), or a step loses precision even in float32 "
-            "(the log of a softmax where log-sum-exp keeps it, a sum of exps that underflows). Compute in "
-            "float32 throughout (upcast the inputs and the weights), in a stable form, and round once at the end")
+            f"({scale.item():.3g}). A difference this small comes from precision, where part of the computation "
+            f"runs in {dtype} (or is rounded to it between steps) or a step loses it even in float32 (the log of a "
+            "softmax where log-sum-exp keeps it), or from a tiny term in another place (an eps added elsewhere than "
+            "the docstring puts it). Compute in float32 throughout (upcast the inputs and the weights), in a stable "
+            "form, follow the docstring's formula term by term, and round once at the end")
 
 
 def dtype_slip(actual, expected, inputs: dict) -> str | None:
