@@ -102,6 +102,9 @@ def parser(instructor: bool) -> argparse.ArgumentParser:
                        help="CPU seconds one call of the submission's code may use (default 30)")
     grade.add_argument("--require-confinement", action="store_true",
                        help="refuse to grade unless the bubblewrap sandbox (and, as root, the uid drop) is available")
+    grade.add_argument("--fresh-sandboxes", action="store_true",
+                       help="a new sandbox for every submission (default: a slot's sandbox serves its next submission "
+                            "once it is clean: README, Grading)")
     grade.add_argument("--memory-mb", type=int, default=4096, help="memory per submission: all its processes together where cgroups can be made, "
                        "else the address space of each process (default 4096)")
     grade.add_argument("--shard", type=shard_arg, metavar="K/N",
@@ -253,7 +256,8 @@ def grade_cmd(root: Path, args) -> int:
                   flush=True)
     graded = grade_all(root, args.submissions, args.term or pinned_term(root), args.out, args.jobs, args.timeout,
                        args.case_timeout, args.memory_mb, progress, args.require_confinement,
-                       announce=lambda text: print(f"harness grade: {text}", file=sys.stderr), shard=args.shard)
+                       announce=lambda text: print(f"harness grade: {text}", file=sys.stderr), shard=args.shard,
+                       reuse_sandboxes=not args.fresh_sandboxes)
     for g in graded:
         flag = f"  TAMPERED: {', '.join(g.tampered)}" if g.tampered else ""
         print(f"{g.name:<30} {g.score:6.2f}  {g.status:<16} {g.seconds:5.1f} s{flag}")

@@ -933,24 +933,39 @@ def test_hidden_cases_that_cannot_import_files_changed_since_the_visible_ones_ar
 def test_a_kept_sandbox_carries_nothing_to_the_slots_next_submission(tmp_path):
     """A slot's sandbox, whose zygote has imported torch, serves the slot's next submission only once every
     process of the last one is dead, its scratch folder is empty and nothing the last one could change
-    about the zygote (priority, CPUs, limits, OOM score) changed; else the next one gets a fresh sandbox."""
+    about the zygote (priority, CPUs, limits, OOM score, its output pipe's flags) changed; else the next
+    one gets a fresh sandbox. Red team 7: a worker whose leader thread exited alone outlived the kill and
+    printed into, and killed the workers of, the next submission; a SIGIO owner set on the shared stdout
+    stopped the zygote once the grader drained it."""
     subs = tmp_path / "subs"
     everything = ["nice", "affinity", "nofile", "oom"]
-    order = [with_attack(subs / "a_honest", "reference", "finds_taint.py", {}),
-             with_attack(subs / "b_leaves_a_file", "stubs", "taints_zygote.py", {"MARK": "6061", "CHANGES": []}),
-             with_attack(subs / "c_honest", "reference", "finds_taint.py", {}),
-             with_attack(subs / "d_taints", "stubs", "taints_zygote.py", {"MARK": "6061", "CHANGES": everything}),
-             with_attack(subs / "e_honest", "reference", "finds_taint.py", {})]
+    honest = [f"{letter}_honest" for letter in "acegi"]
+    attacks = {"b_leaves_a_file": ("taints_zygote.py", {"CHANGES": []}),
+               "d_taints": ("taints_zygote.py", {"CHANGES": everything}),
+               "f_survives_the_kill": ("survives_kill.py", {}), "h_taints_its_output": ("taints_output.py", {})}
+    order = sorted([with_attack(subs / name, "reference", "finds_taint.py", {}) for name in honest]
+                   + [with_attack(subs / name, "stubs", attack, {"MARK": "6061", **constants})
+                      for name, (attack, constants) in attacks.items()])
     results = {r.name: r for r in grade_all(PROJECT, order, TERM, tmp_path / "out", jobs=1, timeout=300)}
     # the zygote's OOM score is root's file (it is not dumpable): refused; the other three changes are made
     assert "TAINTED ['nice', 'affinity', 'nofile', 'file']" in results["d_taints"].output, results["d_taints"].output
     assert "TAINTED ['file']" in results["b_leaves_a_file"].output
-    found = {name: ast.literal_eval(re.search(r"FOUND (\{.*\})", results[name].output).group(1))
-             for name in ("a_honest", "c_honest", "e_honest")}
+    found = {name: ast.literal_eval(re.search(r"FOUND (\{.*\})", results[name].output).group(1)) for name in honest}
     first = found["a_honest"]
-    for name in ("c_honest", "e_honest"):
-        assert results[name].score == FULL, (name, results[name].score)
-        assert {k: found[name][k] for k in ("nice", "cpus", "nofile", "scratch")} == \
-            {"nice": first["nice"], "cpus": first["cpus"], "nofile": first["nofile"], "scratch": []}, found
+    for name in honest[1:]:
+        assert results[name].score == FULL, (name, results[name].score, results[name].output[-1000:])
+        assert "SURVIVOR" not in results[name].output, results[name].output[-1000:]
+        assert {k: found[name][k] for k in ("nice", "cpus", "nofile", "scratch", "stdout")} == \
+            {"nice": first["nice"], "cpus": first["cpus"], "nofile": first["nofile"], "scratch": [], "stdout": [0, 0]}, found
     assert found["c_honest"]["zygote"] == first["zygote"], "a file left in scratch is removed, the zygote kept"
     assert found["e_honest"]["zygote"] != first["zygote"], "a zygote that was changed is not kept"
+    assert found["i_honest"]["zygote"] == found["g_honest"]["zygote"], "the output pipe's flags are reset, the zygote kept"
+
+
+@requires_bwrap
+def test_fresh_sandboxes_give_each_submission_its_own(tmp_path):
+    """`harness grade --fresh-sandboxes`: no sandbox is kept, so two honest submissions in one slot meet two zygotes."""
+    order = [with_attack(tmp_path / "subs" / name, "reference", "finds_taint.py", {}) for name in ("a", "b")]
+    results = grade_all(PROJECT, order, TERM, tmp_path / "out", jobs=1, timeout=300, reuse_sandboxes=False)
+    zygotes = [ast.literal_eval(re.search(r"FOUND (\{.*\})", r.output).group(1))["zygote"] for r in results]
+    assert [r.score for r in results] == [FULL, FULL] and zygotes[0] != zygotes[1], zygotes

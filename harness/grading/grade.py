@@ -650,12 +650,14 @@ def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs
               timeout: float = 600.0, case_timeout: float = 30.0, memory_mb: int = 4096,
               progress=None, require_confinement: bool = False, announce=None,
               protections: Protections | None = None, shard: tuple[int, int] | None = None,
-              uid_block: int | None = None, disposable_host: bool = False) -> list[Graded]:
+              uid_block: int | None = None, disposable_host: bool = False,
+              reuse_sandboxes: bool = True) -> list[Graded]:
     """Grade `submissions` (with `shard` (K, N): only the K-th of N slices of them) into `out`, and
     rebuild its grades.csv and class report from every result folder there. `uid_block`: the
     block of worker uids to use (default: the first free one of UID_BLOCKS). `disposable_host`: a container
     that grades one submission and is thrown away (Gradescope's), whose shared folders the grader may
-    fix rather than refuse. Returns this run's results, in the order given."""
+    fix rather than refuse. `reuse_sandboxes`: a slot's sandbox serves its next submission once clean
+    (Sandbox.finish). Returns this run's results, in the order given."""
     names = submission_names(submissions)  # over the whole list, so that every shard names alike
     if len(set(names)) != len(names):  # the same file given twice
         raise ValueError("a submission is given twice: " + ", ".join(sorted({n for n in names if names.count(n) > 1})))
@@ -665,6 +667,7 @@ def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs
     with _bounded_grader():
         grader = Grader(project, term, timeout, case_timeout, memory_mb, require_confinement, protections, uid_block,
                         submissions, out, disposable_host)
+        grader.reuse_sandboxes = reuse_sandboxes
         try:
             return _grade_with(grader, submissions, names, out, jobs, progress, announce)
         finally:

@@ -164,6 +164,7 @@ class Sandbox:
         self.submission = submission
         self.memory, self.cpu_seconds = memory_mb << 20, int(cpu_seconds) + 1
         self.process: subprocess.Popen | None = None
+        self.zygote: int | None = None  # its host pid, once it has forked a worker
         self.control: socket.socket | None = None
         self.stdout: int | None = None  # the read end of the sandbox's stdout pipe
         self.hidden = False  # once set: output dropped
@@ -212,7 +213,7 @@ class Sandbox:
             if filter_fd is not None:
                 os.close(filter_fd)
         os.set_blocking(read, False)
-        self.stdout, self.control = read, ours
+        self.stdout, self.control, self.zygote = read, ours, None
 
     def fork(self, warm_up: bool = True) -> socket.socket:
         """A new worker; warm_up=False spares a start-up check the imports a grading worker needs."""
@@ -230,6 +231,10 @@ class Sandbox:
                                   f"{self.output.read_bytes()[-500:].decode('utf-8', 'replace')}") from None
         if not fds:
             raise ConnectionError("the sandbox did not start a worker")
+        if self.zygote is None and self.protections.bwrap:  # before any worker could fork: bwrap's init has one child
+            init = [pid for pid, parent in _tree(self.process.pid).items() if parent == self.process.pid]
+            children = [pid for pid, parent in _tree(self.process.pid).items() if init and parent == init[0]]
+            self.zygote = children[0] if len(children) == 1 else -1
         return socket.socket(fileno=fds[0])
 
     def kill_workers(self) -> bool:
@@ -240,12 +245,27 @@ class Sandbox:
         try:
             self.control.settimeout(10)
             wire.send(self.control, {"op": "kill"})
-            wire.recv(self.control)
+            reply = wire.recv(self.control)
             self.control.settimeout(None)
-            return True
         except (OSError, wire.WireError):
+            reply = None
+        if not (isinstance(reply, dict) and reply.get("killed") is True) or self._others_alive():
             self.stop()
             return False
+        return True
+
+    def _others_alive(self) -> bool:
+        """The host's own look, not the zygote's word: a process of the sandbox other than bwrap's two and the
+        zygote with a thread still running (red team 7: a worker whose leader thread exited alone read as a
+        zombie inside, outlived the kill and served the next submission), or the zygote stopped."""
+        if not self.protections.bwrap:
+            return False  # no bwrap: stop() kills the uid's every process; nothing is kept
+        tree = _tree(self.process.pid)
+        if self.zygote not in tree:
+            return True
+        return _stopped(self.zygote) or any(
+            _running(pid) for pid, parent in tree.items()
+            if pid not in (self.process.pid, self.zygote) and parent != self.process.pid)
 
     def stop(self) -> None:
         """Kill everything the submission started; return only when it is gone."""
@@ -283,21 +303,31 @@ class Sandbox:
         return data[-20_000:].decode("utf-8", "replace")
 
     def _recycle(self) -> bool:
+        """The zygote kills, empties and checks itself, and takes the next submission's own output pipe;
+        then the host checks, from outside, that nothing else of the sandbox runs."""
         from harness.grading import wire
-        if self.process is None or self.process.poll() is not None:
+        if self.process is None or self.process.poll() is not None or self.stdout is None or not self.zygote:
             return False
+        read, write = os.pipe()
         try:
             self.control.settimeout(RECYCLE_SECONDS)  # a stopped or busy zygote: a fresh sandbox instead
             wire.send(self.control, {"op": "recycle"})
+            socket.send_fds(self.control, [b"p"], [write])
             reply = wire.recv(self.control)
             self.control.settimeout(None)
         except (OSError, wire.WireError):
-            return False
+            reply = None
+        finally:
+            os.close(write)
         if not (isinstance(reply, dict) and reply.get("clean") is True):
+            os.close(read)
             return False
+        self.pump(everything=True)  # the old pipe's writers are gone: read to its end, which closes it
         if self.stdout is not None:
-            self.pump(everything=True)  # its writers are dead: what they wrote is in the pipe
-        return True
+            os.close(self.stdout)
+        os.set_blocking(read, False)
+        self.stdout = read
+        return not self._others_alive()
 
     def close(self) -> str:
         """Stop, remove the sandbox folder and its cgroup, and return the end of what
@@ -854,6 +884,42 @@ def _mount(source: Path, target: Path) -> list[str]:
     if source.is_symlink():
         return args + ["--symlink", os.readlink(source), str(target)]
     return args + ["--ro-bind", str(source), str(target)]
+
+
+def _tree(root: int) -> dict[int, int]:
+    """pid -> parent pid of `root` and every host process under it."""
+    parents = {int(p): s[0] for p in os.listdir("/proc") if p.isdigit() and (s := _stat(int(p)))}
+    tree, todo = {}, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in parents:
+            tree[pid] = parents[pid]
+            todo += [child for child, parent in parents.items() if parent == pid]
+    return tree
+
+
+def _task_states(pid: int) -> list[str]:
+    states = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return states
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        except (OSError, IndexError):
+            pass
+    return states
+
+
+def _running(pid: int) -> bool:
+    """Any thread of it not dead (a zombie leader's other threads count)."""
+    return any(state not in "ZX" for state in _task_states(pid))
+
+
+def _stopped(pid: int) -> bool:
+    return any(state in "Tt" for state in _task_states(pid))
 
 
 def _stat(pid: int) -> tuple[int, float] | None:

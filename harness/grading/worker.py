@@ -20,6 +20,7 @@ importable here; they are copied into the sandbox on their own, without the rest
 """
 
 import ctypes
+import fcntl
 import os
 import platform
 import resource
@@ -67,6 +68,8 @@ def zygote(control_fd: int, namespace: bool) -> None:
             if pid == 0:
                 control.close()
                 ours.close()
+                os.closerange(3, theirs.fileno())  # nothing else the zygote holds
+                os.closerange(theirs.fileno() + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
                 _become_worker()
                 serve(theirs)
                 os._exit(0)
@@ -74,10 +77,10 @@ def zygote(control_fd: int, namespace: bool) -> None:
             socket.send_fds(control, [b"w"], [ours.fileno()])
             ours.close()
         elif request["op"] == "kill":
-            _kill_all_but_me(namespace)
-            wire.send(control, {"killed": True})
-        elif request["op"] == "recycle":
-            wire.send(control, {"clean": namespace and _recycled(born)})
+            wire.send(control, {"killed": _kill_all_but_me(namespace)})
+        elif request["op"] == "recycle":  # the next submission's output pipe comes with it
+            _, fds, _, _ = socket.recv_fds(control, 1, 1)
+            wire.send(control, {"clean": namespace and len(fds) == 1 and _recycled(born, fds[0])})
 
 
 def _warm_up() -> None:
@@ -111,6 +114,11 @@ def _warm_up() -> None:
 def _become_worker() -> None:
     _set_dumpable(True)
     os.setsid()
+    # No open file description shared with the zygote but stdout (the submission's own pipe): flags set on
+    # one (O_NONBLOCK, a SIGIO owner) would reach the slot's next submission through it.
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
     try:  # the OOM killer's first choice, before the zygote and long before the grader
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write("1000")
@@ -123,16 +131,17 @@ def _become_worker() -> None:
     torch.manual_seed(0)  # a deterministic start; calls are not reseeded (dropout must still vary)
 
 
-def _kill_all_but_me(namespace: bool) -> None:
-    """Every other process of the sandbox. In its PID namespace, kill(-1) does it in one pass
-    of the kernel's own (fork-blocking) loop, so a process that keeps forking cannot slip
-    through; elsewhere only this zygote's descendants are ours to kill."""
+def _kill_all_but_me(namespace: bool) -> bool:
+    """Every other process of the sandbox; True once they are gone. In its PID namespace, kill(-1) does it
+    in one pass of the kernel's own (fork-blocking) loop, so a process that keeps forking cannot slip
+    through, and it runs at least once, whatever /proc says; elsewhere only this zygote's descendants
+    are ours to kill."""
     me = os.getpid()
-    for _ in range(200):
+    for attempt in range(200):
         _reap()
         victims = [p for p in _pids() if p != me and (p != 1 if namespace else _descends_from(p, me))]
-        if not victims:
-            return
+        if not victims and (attempt or not namespace):
+            return True
         if namespace:
             try:
                 os.kill(-1, signal.SIGKILL)
@@ -144,6 +153,7 @@ def _kill_all_but_me(namespace: bool) -> None:
             except OSError:
                 pass
         time.sleep(0.01)  # a killed process takes a moment to die
+    return False
 
 
 def _pids() -> list[int]:
@@ -152,11 +162,20 @@ def _pids() -> list[int]:
 
 
 def _zombie(pid: str) -> bool:
+    """Dead: every thread of it. A leader that ended by the thread-only exit syscall reads as a zombie while
+    its other threads run on (red team 7: such a worker outlived the kill and served the next submission)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in "ZX"
-    except (OSError, IndexError):
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
         return True  # gone already
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in "ZX":
+                    return False
+        except (OSError, IndexError):
+            continue
+    return True
 
 
 def _descends_from(pid: int, ancestor: int) -> bool:
@@ -196,28 +215,44 @@ def _set_dumpable(on: bool) -> None:
 _IOPRIO_GET = {"x86_64": 252, "aarch64": 31}.get(platform.machine())
 
 
+_F_SETSIG = 10  # Linux's, which the fcntl module does not name
+_SCHED_GETATTR = {"x86_64": 315, "aarch64": 275}.get(platform.machine())  # runtime slice, util clamps (red team 7)
+
+
 def _own_state() -> tuple:
     limits = [resource.getrlimit(getattr(resource, r)) for r in dir(resource) if r.startswith("RLIMIT_")]
     with open("/proc/self/oom_score_adj") as f:
         oom = f.read()
-    io = ctypes.CDLL(None, use_errno=True).syscall(_IOPRIO_GET, 1, 0) if _IOPRIO_GET else None
+    libc = ctypes.CDLL(None, use_errno=True)
+    io = libc.syscall(_IOPRIO_GET, 1, 0) if _IOPRIO_GET else None
+    attr = ctypes.create_string_buffer(128)
+    sched = attr.raw if _SCHED_GETATTR and libc.syscall(_SCHED_GETATTR, 0, attr, 128, 0) == 0 else None
     return (limits, os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)),
-            os.sched_getscheduler(0), os.sched_getparam(0).sched_priority, oom, io)
+            os.sched_getscheduler(0), os.sched_getparam(0).sched_priority, oom, io, sched)
 
 
-def _recycled(born: tuple) -> bool:
+def _recycled(born: tuple, output: int) -> bool:
     """Ready for the slot's next submission: every other process of the sandbox dead, the scratch folder
-    (its one writable place) emptied, and this zygote as it started. Anything else, or any error, says
-    no: the grader then starts a fresh sandbox, and the next submission meets nothing of this one."""
+    (its one writable place) emptied, this zygote as it started, and its stdout the next submission's own
+    pipe (flags a worker set on the old one's shared description, O_NONBLOCK or a SIGIO owner, went with
+    it: red team 7). Anything else, or any error, says no: the grader then starts a fresh sandbox, and
+    the next submission meets nothing of this one."""
     try:
-        _kill_all_but_me(True)
-        if [p for p in _pids() if p not in (1, os.getpid())]:
+        if not _kill_all_but_me(True):
             return False
+        for fd in (0, 1, 2):  # descriptions bwrap holds too: off with O_NONBLOCK, O_APPEND and O_ASYNC's SIGIO
+            fcntl.fcntl(fd, fcntl.F_SETFL, 0)  # (whose owner and signal a worker chose: a SIGSTOP for this
+            fcntl.fcntl(fd, fcntl.F_SETOWN, 0)  # zygote once the grader drains the old pipe, red team 7)
+            fcntl.fcntl(fd, _F_SETSIG, 0)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
         for entry in os.scandir(SCRATCH):
             _remove(entry.path)
         return not os.listdir(SCRATCH) and _own_state() == born
     except BaseException:  # noqa: BLE001 - a tree too deep or too odd to remove, a vanished /proc entry
         return False
+    finally:
+        os.close(output)
 
 
 def _remove(path: str) -> None:
