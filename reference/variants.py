@@ -459,6 +459,7 @@ class _MHA(attention.MultiHeadSelfAttention):
     heads_layout = "h e"  # "e h": head h takes every num_heads-th column
     rope_on_d_model = False
     rotate_values = False  # RoPE on V as well as Q and K
+    fused = False  # torch's scaled_dot_product_attention in place of the reference's own
     positions = "reference"  # or "meet_heads", "ignored", "skipped_when_none", "cpu_default", "unhandled_none",
     # "asserted"
 
@@ -488,7 +489,8 @@ class _MHA(attention.MultiHeadSelfAttention):
             q, k = self.rope(q, positions), self.rope(k, positions)
             v = self.rope(v, positions) if self.rotate_values else v
         mask = self.causal_mask(seq, x.device)
-        out = attention.scaled_dot_product_attention(q, k, v, mask)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask) if self.fused \
+            else attention.scaled_dot_product_attention(q, k, v, mask)
         if not self.transpose_merge:  # [..., h, s, e] read as [..., s, h*e]: positions and heads mix
             return self.output_proj(out.reshape(*out.shape[:-3], seq, d))
         return self.output_proj(rearrange(out, f"... h s e -> ... s ({self.heads_layout})"))
@@ -527,6 +529,12 @@ register("causal_mask_hides_diagonal", "causal mask from triu(diagonal=0) hides 
          hint="a causal mask that also hides the diagonal (triu without diagonal=1): query i must see key i",
          named_by="diagonal", mistake=19,
          attention__MultiHeadSelfAttention=_set(_MHA, causal_mask=staticmethod(
+             lambda seq, device: ~torch.ones(seq, seq, dtype=torch.bool, device=device).triu(0))))
+# torch's SDPA gives a query with no key 0, not NaN: the NaN trace that names the mistake above finds nothing
+register("causal_mask_hides_diagonal_sdpa", "causal mask hiding the diagonal, through torch's SDPA (blind trial 7)",
+         hint=("a causal mask that also hides the diagonal (triu without diagonal=1): query i must see key i. Query 0 "
+               "then sees no key at all, and scaled_dot_product_attention returns 0 for it (a softmax by hand: NaN)"),
+         attention__MultiHeadSelfAttention=_set(_MHA, fused=True, causal_mask=staticmethod(
              lambda seq, device: ~torch.ones(seq, seq, dtype=torch.bool, device=device).triu(0))))
 register("attention_not_causal", "multi-head attention without a causal mask",
          hint="attention without the causal mask: query i may only see keys 0..i", named_by="causal", mistake=20,
@@ -623,6 +631,7 @@ class _RoPE(nn.Module):
     """RoPE with a knob per known mistake; the correct settings match the reference."""
     pairing, freq_offset, learnable, tables_in_forward, fixed_theta, einsum = "interleaved", 0, False, False, None, False
     exponent = 2  # pair k turns at theta^(-exponent k / d_k)
+    position_offset = 0  # position p turned by (p + offset): 1 for 1-based positions
 
     def __init__(self, theta, d_k, max_seq_len, device=None):
         super().__init__()
@@ -637,14 +646,14 @@ class _RoPE(nn.Module):
 
     def _tables(self, device):
         k = torch.arange(self.d_k // 2, dtype=torch.float64, device=device) + self.freq_offset
-        angles = torch.arange(self.max_seq_len, dtype=torch.float64, device=device)[:, None] * \
+        angles = torch.arange(self.max_seq_len + self.position_offset, dtype=torch.float64, device=device)[:, None] * \
             self.theta ** (-self.exponent * k / self.d_k)
         return angles.cos().float(), angles.sin().float()
 
     @_float32_inside
     def forward(self, x, token_positions):
         cos, sin = self._tables(None) if self.tables_in_forward else (self.cos, self.sin)
-        cos, sin = cos[token_positions], sin[token_positions]
+        cos, sin = cos[token_positions + self.position_offset], sin[token_positions + self.position_offset]
         if self.pairing == "half":  # GPT-NeoX / Hugging Face rotate_half
             first, second = x[..., : self.d_k // 2], x[..., self.d_k // 2:]
             return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
@@ -667,6 +676,10 @@ register("rope_frequency_off_by_one", "theta^(-2(k+1)/d)",
 register("rope_exponent_without_2", "RoPE frequencies theta^(-k/d) (blind trial 6)",
          hint="RoPE frequencies theta^(-k / d_k) for pair k; pair k = 0 .. d_k/2 - 1 turns at theta^(-2k / d_k)",
          rope__RotaryPositionalEmbedding=_set(_RoPE, exponent=1))
+register("rope_positions_from_1", "RoPE turns position p by (p + 1) theta_k: 1-based positions (blind trial 7)",
+         hint=("RoPE angles from 1-based positions: position p turns by (p + 1) theta_k where it turns by p theta_k, "
+               "so position 0 is not rotated at all"),
+         rope__RotaryPositionalEmbedding=_set(_RoPE, position_offset=1))
 register("rope_before_head_split", "RoPE over d_model before the head split",
          hint="RoPE applied over d_model before the head split; rotate each head with d_k", mistake=26,
          attention__MultiHeadSelfAttention=_set(_MHA, rope_on_d_model=True))
@@ -1865,6 +1878,7 @@ class _AdamW(optimizer.AdamW):
     decay_without_grad = False  # a parameter whose .grad is None still decayed (and nothing else)
     skip_zero_grad = False  # a parameter whose gradient is all zeros skipped (a zero gradient is a step)
     swap_betas = False      # beta1 used for v and beta2 for m
+    fixed_eps = None        # an eps written into the code (torch's default 1e-8), the group's ignored
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -1873,6 +1887,7 @@ class _AdamW(optimizer.AdamW):
         for group in self.param_groups:
             lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
             lr = self.defaults["lr"] if self.cached_lr else lr
+            eps = eps if self.fixed_eps is None else self.fixed_eps
             beta1, beta2 = (beta2, beta1) if self.swap_betas else (beta1, beta2)
             if self.decay_without_grad:
                 for p in group["params"]:
@@ -2059,6 +2074,10 @@ register("adamw_eps_under_sqrt", "AdamW with eps inside the square root, sqrt(v_
          hint=("eps inside the square root, sqrt(v_hat + eps): eps is added to the root, m_hat / (sqrt(v_hat) + eps); "
                "under it, eps 1e-6 acts as 1e-3 wherever v_hat is small"),
          optimizer__AdamW=_set(_AdamW, eps_under_root=True))
+register("adamw_eps_hard_coded", "AdamW with eps fixed at torch's default 1e-8, whatever the group's eps",
+         hint=("eps fixed at 1e-8 in the code: the group's eps (group['eps'], 1e-6 in this case) is ignored; it shows "
+               "wherever sqrt(v_hat) is as small as eps, as for a rarely seen token's gradients"),
+         optimizer__AdamW=_set(_AdamW, fixed_eps=1e-8))
 register("clip_not_applied", "gradient clipping that computes the factor but never writes it into .grad",
          hint=("gradients left as they were: the clip factor never reached .grad. Either `g = g * scale` made a new "
                "tensor and rebound a name (scale each gradient in place: p.grad.mul_(scale)), or `parameters` is a "
