@@ -112,7 +112,7 @@ class Grader:
     def __init__(self, project: Path, term: str, timeout: float, case_timeout: float, memory_mb: int,
                  require_confinement: bool = False, protections: Protections | None = None,
                  uid_block: int | None = None, submissions: list[Path] = (), out: Path | None = None,
-                 disposable_host: bool = False):
+                 disposable_host: bool = False, reuse_sandboxes: bool = True):
         self.project, self.term_name = project, term
         Term(project, term, hidden=True)  # verify hashes before grading anything
         self.protections = protections or Protections.detect()
@@ -136,7 +136,7 @@ class Grader:
             refuse_readable(project, submissions, out, copies)
             refuse_unsticky(writable, fix=disposable_host)
             self.writable = [str(p) for p in writable]
-        self.reuse_sandboxes = True  # a slot's sandbox serves its next submission (Sandbox.finish)
+        self.reuse_sandboxes = reuse_sandboxes  # a slot's sandbox serves its next submission (Sandbox.finish)
         self.settings = {"timeout": timeout, "case_timeout": case_timeout, "memory_mb": memory_mb,
                          "protections": asdict(self.protections), "writable": self.writable}
         blocks = range(UID_BLOCKS) if uid_block is None else [uid_block]
@@ -666,8 +666,7 @@ def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs
         submissions, names = [s for s, n in zip(submissions, names) if n in mine], [n for n in names if n in mine]
     with _bounded_grader():
         grader = Grader(project, term, timeout, case_timeout, memory_mb, require_confinement, protections, uid_block,
-                        submissions, out, disposable_host)
-        grader.reuse_sandboxes = reuse_sandboxes
+                        submissions, out, disposable_host, reuse_sandboxes)
         try:
             return _grade_with(grader, submissions, names, out, jobs, progress, announce)
         finally:

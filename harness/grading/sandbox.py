@@ -232,8 +232,9 @@ class Sandbox:
         if not fds:
             raise ConnectionError("the sandbox did not start a worker")
         if self.zygote is None and self.protections.bwrap:  # before any worker could fork: bwrap's init has one child
-            init = [pid for pid, parent in _tree(self.process.pid).items() if parent == self.process.pid]
-            children = [pid for pid, parent in _tree(self.process.pid).items() if init and parent == init[0]]
+            tree = _tree(self.process.pid)
+            init = [pid for pid, (parent, _) in tree.items() if parent == self.process.pid]
+            children = [pid for pid, (parent, _) in tree.items() if init and parent == init[0]]
             self.zygote = children[0] if len(children) == 1 else -1
         return socket.socket(fileno=fds[0])
 
@@ -264,7 +265,7 @@ class Sandbox:
         if self.zygote not in tree:
             return True
         return _stopped(self.zygote) or any(
-            _running(pid) for pid, parent in tree.items()
+            _running(pid) for pid, (parent, _) in tree.items()
             if pid not in (self.process.pid, self.zygote) and parent != self.process.pid)
 
     def stop(self) -> None:
@@ -886,15 +887,18 @@ def _mount(source: Path, target: Path) -> list[str]:
     return args + ["--ro-bind", str(source), str(target)]
 
 
-def _tree(root: int) -> dict[int, int]:
-    """pid -> parent pid of `root` and every host process under it."""
-    parents = {int(p): s[0] for p in os.listdir("/proc") if p.isdigit() and (s := _stat(int(p)))}
+def _tree(root: int) -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds) of `root` and every host process under it."""
+    stats = {int(p): s for p in os.listdir("/proc") if p.isdigit() and (s := _stat(int(p)))}
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
     tree, todo = {}, [root]
     while todo:
         pid = todo.pop()
-        if pid in parents:
-            tree[pid] = parents[pid]
-            todo += [child for child, parent in parents.items() if parent == pid]
+        if pid in stats:
+            tree[pid] = stats[pid]
+        todo += children.get(pid, [])
     return tree
 
 
@@ -934,17 +938,7 @@ def _stat(pid: int) -> tuple[int, float] | None:
 
 
 def tree_cpu(root: int) -> float:
-    stats = {int(p): s for p in os.listdir("/proc") if p.isdigit() and (s := _stat(int(p)))}
-    children: dict[int, list[int]] = {}
-    for pid, (parent, _) in stats.items():
-        children.setdefault(parent, []).append(pid)
-    total, todo = 0.0, [root]
-    while todo:
-        pid = todo.pop()
-        if pid in stats:
-            total += stats[pid][1]
-        todo += children.get(pid, [])
-    return total
+    return sum(cpu for _, cpu in _tree(root).values())
 
 
 def kill_group(process: subprocess.Popen) -> None:
