@@ -134,7 +134,7 @@ class Sandbox:
     are final before the first hidden call.
 
     `reusable` (bubblewrap only): the zygote, which has imported torch, serves the slot's next
-    submission too, a third of a submission's CPU spared. The submission's folder is then the slot's
+    submission too, a sixth of a submission's CPU spared (its import of torch). The submission's folder is then the slot's
     own (its parent is mounted, so the next copy appears in it), and `finish()` keeps the sandbox
     only once the zygote has recycled cleanly (worker.py: `_recycled`)."""
 
@@ -323,7 +323,7 @@ class Sandbox:
         if not (isinstance(reply, dict) and reply.get("clean") is True):
             os.close(read)
             return False
-        self.pump(everything=True)  # the old pipe's writers are gone: read to its end, which closes it
+        self.pump(everything=True)  # the old pipe's writers in the sandbox are dead: all they wrote is in it
         if self.stdout is not None:
             os.close(self.stdout)
         os.set_blocking(read, False)
