@@ -969,3 +969,18 @@ def test_fresh_sandboxes_give_each_submission_its_own(tmp_path):
     results = grade_all(PROJECT, order, TERM, tmp_path / "out", jobs=1, timeout=300, reuse_sandboxes=False)
     zygotes = [ast.literal_eval(re.search(r"FOUND (\{.*\})", r.output).group(1))["zygote"] for r in results]
     assert [r.score for r in results] == [FULL, FULL] and zygotes[0] != zygotes[1], zygotes
+
+
+def test_a_driver_reads_its_term_once_and_hands_it_to_each_submission_unsealed():
+    """A driver grades a slot's submissions one after another against one term: its files are read, hashed
+    and parsed once (70 ms a submission before), and each submission's visible tests seal it again."""
+    from harness.grading import drive
+    first = drive.Grading.term(PROJECT, TERM, True)
+    first.sealed = True  # as the last visible test of the previous submission left it
+    again = drive.Grading.term(PROJECT, TERM, True)
+    assert again is first and not again.sealed
+    assert drive.Grading.term(PROJECT, TERM, False) is not first  # without hidden cases: another term
+    hidden = next(case for case in first.cases if case.hidden)
+    first.sealed = True
+    with pytest.raises(Exception, match="a visible test read the hidden case"):
+        first.tensors(hidden)

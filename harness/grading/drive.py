@@ -9,6 +9,7 @@ Visible tests run first, then hidden cases in a fresh worker whose output is dro
 """
 
 import contextlib
+import gc
 import io
 import json
 import os
@@ -24,6 +25,7 @@ from harness.grading.forward import transformer_lm
 from harness.grading.remote import Link, RemoteFunctions, StudentCodeError, WorkerFailure
 from harness.runtime import Adapters, AdaptersError, ContractViolation
 from harness.grading.sandbox import Protections, Sandbox
+from harness.store import Term
 
 
 HIDDEN_FAILURES = [(NotImplementedError, "not implemented"), (Mismatch, "wrong values"),
@@ -58,6 +60,17 @@ class Grading:
 
     def adapters(self) -> Adapters:
         return Adapters("the submission's adapters.py", module=RemoteFunctions(self.link))
+
+    @staticmethod
+    def term(project: Path, name: str, hidden: bool) -> Term:
+        """The term, read, verified and parsed once for every submission this driver grades: its tensors
+        are the driver's alone (a worker gets copies over the wire) and no check writes to them."""
+        key = (str(project), name, hidden)
+        if key not in _terms:
+            _terms[key] = Term(project, name, hidden=hidden)
+        term = _terms[key]
+        term.sealed = False  # as a new one starts: each test's setup seals it or not (pytest_runtest_setup)
+        return term
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config, items):
@@ -114,6 +127,7 @@ class Grading:
                 test["message"] = str(report.longrepr[2]).removeprefix("Skipped: ")[:4000]
 
 
+_terms: dict[tuple, Term] = {}
 _kept: tuple[Sandbox, tuple] | None = None  # this slot's sandbox, for its next submission (Sandbox.finish)
 
 
@@ -169,6 +183,7 @@ def main() -> None:
     # Replies go on the real stdout; anything else that writes to fd 1 goes to stderr.
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
+    gc.freeze()  # torch's, pytest's and the harness's objects: no collection walks them again
     try:
         serve(replies)
     finally:

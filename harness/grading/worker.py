@@ -21,6 +21,7 @@ importable here; they are copied into the sandbox on their own, without the rest
 
 import ctypes
 import fcntl
+import gc
 import os
 import platform
 import resource
@@ -57,6 +58,7 @@ def zygote(control_fd: int, namespace: bool) -> None:
             if not warm and request.get("warm_up", True):  # not for the grader's start-up check
                 _warm_up()
                 warm = True
+            gc.freeze()  # a worker's collections then neither walk nor copy the zygote's objects
             ours, theirs = socket.socketpair()
             try:
                 pid = os.fork()
@@ -477,7 +479,9 @@ def _describe(e: BaseException) -> dict:
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.is_meta or b.is_meta:  # no values to compare (a test asks for batches on meta): shape and dtype
         return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
-    return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | (a != a) & (b != b)).all())
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return torch.equal(a, b) or bool(((a == b) | (a != a) & (b != b)).all())  # one op unless a NaN is in it
 
 
 def main() -> None:

@@ -91,8 +91,9 @@ def pytest_configure(config):
     project, pinned = settings
     term_name = config.getoption("--term") or os.environ.get("HARNESS_TERM") or pinned
     target = config.getoption("--adapters") or os.environ.get("HARNESS_ADAPTERS") or "adapters"
+    remote = config.pluginmanager.get_plugin("harness-remote")  # grading: a driver grades many against one term
     try:
-        term = Term(project, term_name, hidden=config.getoption("--hidden"))
+        term = (remote.term if remote is not None else Term)(project, term_name, hidden=config.getoption("--hidden"))
     except FixtureError as e:
         raise pytest.UsageError(str(e)) from None
     state = {"project": project, "term": term, "target": target, "pinned": pinned,
@@ -103,7 +104,7 @@ def pytest_configure(config):
     config.stash[PROGRESS] = progress
     config.pluginmanager.register(progress, "harness-progress")
     state["threads"] = _one_thread()
-    if config.pluginmanager.get_plugin("harness-remote") is not None and term.grading_seed is not None:
+    if remote is not None and term.grading_seed is not None:
         # Grading: property tests draw from seeds only the grading seed gives (their public draws are known).
         # Keyed by the hidden files' digests too: the public draws fix the offset's low 32 bits (torch seeds
         # its CPU generator with those), and from the seed alone 32 bits left a 40-bit seed 256 guesses.
