@@ -135,10 +135,15 @@ def grading(n: int, term: str, runs: int = 3) -> None:
         full &= all(g.status == "ok" and abs(g.score - graded[0].score) < 1e-9 for g in graded)
     from harness.grading.sandbox import Protections
     protections = Protections.detect().describe()
+    torch_import = wall([sys.executable, "-c", "import torch"], 3)
+    # A batch of n pays the drivers' and the first sandboxes' start-up (torch imported four times) once: a
+    # class-sized batch approaches two slots' worth of submissions at the median time each.
+    steady = 2 * 60 / statistics.median(per)
     print(f"grade {n} reference submissions, --jobs 2, median of {runs} batches: "
           f"{statistics.median(rates):.1f} submissions/min (target >= 30); median {statistics.median(per):.1f} s "
-          f"per submission; all full marks: {full}; every protection on: {'OFF' not in protections}\n"
-          f"  {protections}")
+          f"per submission ({statistics.median(per) / torch_import:.1f}x a bare import torch, {torch_import:.2f} s "
+          f"now), so {steady:.1f} a minute once a long batch has started; all full marks: {full}; every "
+          f"protection on: {'OFF' not in protections}\n  {protections}")
 
 
 REPORT_MIX = ["one_hot_matmul", "concatenated_sin_cos", "softmax_without_max", "attention_missing_scale",
