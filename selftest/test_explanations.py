@@ -667,6 +667,11 @@ CRASHES = {  # name: (student file, old, new, function, error, the line it raise
                                          "(batch_size,)).numpy()", "    starts = np.random.randint(0, len(dataset) - "
                                          "context_length - 1, size=batch_size)", "run_sample_batches", "ValueError",
                                          "np.random.randint", "your upper bound leaves it out"),
+    # starts from 1 (blind trial 8: told its upper bound left the one valid start out): torch names the low end
+    "get_batch without the first start": ("training.py", "    starts = torch.randint(0, len(dataset) - context_length, "
+                                          "(batch_size,)).numpy()", "    starts = torch.randint(1, len(dataset) - "
+                                          "context_length, (batch_size,)).numpy()", "run_sample_batches", "RuntimeError",
+                                          "torch.randint", "your lower bound is 1. The first window is"),
 }
 
 

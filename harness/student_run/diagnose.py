@@ -311,7 +311,7 @@ def crash(error: BaseException, case, inputs: dict) -> str | None:
     if isinstance(error, IndexError) and isinstance(buckets := case.args.get("num_buckets"), int):
         return _past_last_bucket(message, buckets)
     if _EMPTY_RANGE.search(message) and isinstance(length := case.args.get("context_length"), int):
-        return _no_start(inputs, length)
+        return _no_start(inputs, length, message)
     return None
 
 
@@ -352,16 +352,26 @@ def _past_last_bucket(message: str, buckets: int) -> str | None:
             "half left at num_buckets (it is num_buckets // 2, and keys after the query add half to their bucket)")
 
 
-def _no_start(inputs: dict, length: int) -> str | None:
-    """An empty range of starts for get_batch on a dataset with one valid start: the upper bound
-    leaves out the last valid start (there, the only one)."""
+def _no_start(inputs: dict, length: int, message: str) -> str | None:
+    """An empty range of starts for get_batch on a dataset with one valid start (0): the upper bound leaves
+    it out, or the lower bound starts past it (blind trial 8: starts drawn from 1 were told the upper bound).
+    torch and random say the low end they were given; numpy does not, and both are then named."""
     dataset = inputs.get("dataset")
     if dataset is None or len(dataset) - length != 1:  # more starts: an empty range says less
         return None
-    return (f"your range of starts is empty: with {len(dataset)} ids and context_length {length} the one valid "
-            "start is 0, and your upper bound leaves it out. The valid starts are 0 .. len(dataset) - "
-            "context_length - 1, the last one included; randint's upper bound is exclusive, so "
-            "randint(0, len(dataset) - context_length) draws every one of them")
+    low = _LOW.search(message)
+    low = int(low.group(1) or low.group(2)) if low else None
+    said = f"your range of starts is empty: with {len(dataset)} ids and context_length {length} the one valid start is 0"
+    if low is not None and low > 0:
+        return (f"{said}, and your lower bound is {low}. The first window is dataset[0:context_length]: the valid "
+                "starts are 0 .. len(dataset) - context_length - 1, both ends included")
+    upper = ("your upper bound leaves it out. The valid starts are 0 .. len(dataset) - context_length - 1, the last one "
+             "included; randint's upper bound is exclusive, so randint(0, len(dataset) - context_length) draws every "
+             "one of them")
+    return f"{said}, and {upper}" if low == 0 else f"{said}: either your lower bound is above 0, or {upper}"
+
+
+_LOW = re.compile(r"from=(-?\d+) >=|randrange\(\) \((-?\d+),")
 
 
 def none_means(function: str, arg: str) -> str | None:
