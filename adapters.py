@@ -1220,6 +1220,7 @@ def run_resume_training(
     """
     import io
     import copy
+    import numbers
     import tempfile
 
     class Momentum(torch.optim.Optimizer):  # the harness's own: state to restore, whatever your AdamW does
@@ -1270,6 +1271,9 @@ def run_resume_training(
         if not to_file:
             checkpoint.seek(0)
         iteration = impl.training.load_checkpoint(checkpoint, resumed, resumed_optimizer)
+    if isinstance(iteration, bool) or not isinstance(iteration, numbers.Integral):  # a tensor(4) == 4 too
+        raise ValueError(f"load_checkpoint returned the iteration as a {type(iteration).__name__}: return an int "
+                         "(int(...) of what the checkpoint holds)")
     if iteration != save_at:
         raise ValueError(f"load_checkpoint returned iteration {iteration!r}; the checkpoint was saved at {save_at}")
     if not all(bool(p.isfinite().all()) for p in resumed.parameters()):

@@ -1719,6 +1719,28 @@ def _clip_sum_of_norms(parameters, max_l2_norm):
             g.copy_(g.double() * (max_l2_norm / (norm + 1e-6)))
 
 
+def _clip_always(parameters, max_l2_norm):
+    """Scales by max_l2_norm / (norm + 1e-6) whatever the norm: gradients below the maximum grow."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    norm = torch.sqrt(sum((g.double() ** 2).sum() for g in grads))
+    for g in grads:
+        g.copy_(g.double() * (max_l2_norm / (norm + 1e-6)))
+
+
+def _clip_squared_norm(parameters, max_l2_norm):
+    """The sum of the squares taken as the norm: its square root is missing."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    norm = sum((g.double() ** 2).sum() for g in grads)
+    if norm > max_l2_norm:
+        for g in grads:
+            g.copy_(g.double() * (max_l2_norm / (norm + 1e-6)))
+
+
+def _ce_mean_of_all(inputs, targets):
+    x = _upcast(inputs)  # the mean of every log-probability, the targets' and all the others'
+    return -torch.log_softmax(x, dim=-1).mean().to(inputs.dtype)
+
+
 def _windows(dataset, starts, context_length, shift=1):
     x = np.stack([np.asarray(dataset[s:s + context_length], dtype=np.int64) for s in starts])
     y = np.stack([np.asarray(dataset[s + shift:s + shift + context_length], dtype=np.int64) for s in starts])
@@ -1774,6 +1796,13 @@ register("batch_start_past_end", "get_batch whose last start runs past the end",
          named_by="runs past the end", training__get_batch=_batch(1))
 register("batch_last_start_never", "get_batch that can never draw the last start",
          named_by="never drawn", training__get_batch=_batch(-1))
+def _load_iteration_as_tensor(src, model, optimizer):
+    """Returns the iteration as the 0-d tensor it was saved as (blind trial 8): tensor(4) == 4 passed."""
+    return torch.tensor(_load(src, model, optimizer))
+
+
+register("checkpoint_iteration_as_tensor", "load_checkpoint that returns the iteration as a tensor, not an int",
+         named_by="return an int", training__load_checkpoint=_load_iteration_as_tensor)
 register("checkpoint_without_optimizer", "a checkpoint that drops the optimizer state",
          hint="a checkpoint that does not restore the optimizer's state (its moments and step counts)",
          named_by="optimizer's state", training__load_checkpoint=_load_model_only)
@@ -1879,6 +1908,7 @@ class _AdamW(optimizer.AdamW):
     skip_zero_grad = False  # a parameter whose gradient is all zeros skipped (a zero gradient is a step)
     swap_betas = False      # beta1 used for v and beta2 for m
     fixed_eps = None        # an eps written into the code (torch's default 1e-8), the group's ignored
+    v_of_abs = False        # v accumulates |g|, not g * g
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -1912,7 +1942,10 @@ class _AdamW(optimizer.AdamW):
                 elif self.decay == "before":
                     p.mul_(1 - lr * wd)
                 m.mul_(beta1).add_(g, alpha=1 - beta1)
-                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                if self.v_of_abs:
+                    v.mul_(beta2).add_(g.abs(), alpha=1 - beta2)
+                else:
+                    v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
                 c1, c2 = (1 - beta1 ** t, 1 - beta2 ** t) if self.bias_correction else (1.0, 1.0)
                 if self.eps_under_root:
                     p.addcdiv_(m, (v / c2 + eps).sqrt(), value=-lr / c1)
@@ -2106,6 +2139,24 @@ register("clip_sum_of_norms", "gradient clipping whose joint norm sums each grad
                "of all gradients together"),
          named_by="the sum of each gradient's own norm", training__gradient_clipping=_clip_sum_of_norms)
 
+
+# ---- blind trial 8: each was told another mistake's cause
+register("clip_always_scales", "gradient clipping that scales by max_l2_norm / norm even below the maximum",
+         hint=("gradients scaled by max_l2_norm / (norm + 1e-6) even where the norm is below the maximum, which makes "
+               "them larger: clip only if the norm exceeds max_l2_norm, and leave them as they are otherwise"),
+         named_by="even where the norm is below the maximum", training__gradient_clipping=_clip_always)
+register("clip_norm_not_square_rooted", "gradient clipping by the sum of squares, without its square root",
+         hint=("a joint norm without its square root: the sum of the squares of all gradients is the norm squared; "
+               "the norm is its square root"),
+         named_by="without its square root", training__gradient_clipping=_clip_squared_norm)
+register("adamw_v_of_abs_grad", "AdamW whose second moment accumulates |g| instead of g squared",
+         hint="the second moment v accumulating |g|; it is the running mean of the squared gradient, "
+              "v = beta2 v + (1 - beta2) g * g",
+         named_by="accumulating |g|", optimizer__AdamW=_set(_AdamW, v_of_abs=True))
+register("cross_entropy_mean_of_all_log_probs", "cross-entropy as the mean of every log-probability, not the targets'",
+         hint=("the mean of every log-probability over the vocabulary, not of the targets' alone: the loss picks "
+               "-log softmax(logits)[target] at each position (gather along the last axis), then averages those"),
+         named_by="not of the targets' alone", training__cross_entropy=_ce_mean_of_all)
 
 # A blind trial's AdamW rules that were only 'What differs' (the docstring states each)
 register("adamw_decays_without_gradient", "a parameter whose .grad is None is decayed, though not stepped",

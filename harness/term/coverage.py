@@ -159,7 +159,8 @@ def depends_on(reference: Path = REFERENCE) -> dict[str, set[str]]:
     but an entry point F's glue calls (AdamW, the schedule) stands for its drills, which carry its tests
     (a training run with a wrong schedule fails because run_lr_schedule does), and a training run uses
     every function that shares a piece with it (its loss is run_cross_entropy's), builders aside (it
-    starts from given weights)."""
+    starts from given weights); so do the training steps (names_own_pieces_only), whose loss, clipping, AdamW and
+    schedule are others' (blind trial 8: a loss off by a constant was told it was clipping in them)."""
     from harness.contract import ADAPTERS
     used = uses(reference)
     out = {}
@@ -168,9 +169,11 @@ def depends_on(reference: Path = REFERENCE) -> dict[str, set[str]]:
         out[name] = {other for other, b in ADAPTERS.items() if other != name and b.symbols & reached}
         out[name] |= {drill for b in ADAPTERS.values() if b.entry_point and b.symbols & a.symbols
                       and name not in b.drills for drill in b.drills}
-        if a.check == "train":
+        if a.check == "train" or a.names_own_pieces_only:  # a run of the pieces: each piece's failure explains its
             out[name] |= {other for other, b in ADAPTERS.items() if other != name and b.symbols & a.symbols
-                          and not b.builder and not b.entry_point}
+                          and not b.builder and not b.entry_point and b.check != "train"}
+            out[name] |= {drill for b in ADAPTERS.values() if b.entry_point and b.symbols & a.symbols
+                          for drill in b.drills if drill != name}
     return out
 
 
