@@ -1288,7 +1288,8 @@ def get_adamw_cls() -> type[torch.optim.Optimizer]:
     """Your AdamW class (a torch.optim.Optimizer), as CS336 calls it:
     get_adamw_cls()(model.parameters(), lr=..., betas=(beta1, beta2), eps=..., weight_decay=...).
 
-    The arguments and the arithmetic are torch.optim.AdamW's. For each parameter p with a
+    The arguments, their defaults (lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01: run_train_tiny_lm
+    passes only lr and weight_decay) and the arithmetic are torch.optim.AdamW's. For each parameter p with a
     gradient g, at its own step t = 1, 2, ...:
 
         p = p - lr * weight_decay * p          (decoupled decay: not added to g)

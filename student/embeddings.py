@@ -27,7 +27,7 @@ def embed_with_positions(token_weights, position_weights, token_ids):
 class Embedding(nn.Module):
     """One parameter, `weight` [vocab_size, d_model]: the table."""
 
-    def __init__(self, vocab_size: int, d_model: int):
+    def __init__(self, vocab_size: int, d_model: int, device=None, dtype=None):
         super().__init__()
         raise NotImplementedError("see the docstring of get_embedding in adapters.py")
 
