@@ -984,3 +984,19 @@ def test_a_driver_reads_its_term_once_and_hands_it_to_each_submission_unsealed()
     first.sealed = True
     with pytest.raises(Exception, match="a visible test read the hidden case"):
         first.tensors(hidden)
+
+
+def test_a_submission_moves_nothing_the_next_one_in_its_slot_draws(tmp_path):
+    """Red team 8: one driver serves a slot's submissions in turn, and its global torch generator went on from
+    one to the next. A submission whose hidden checkpoint drill returned bytes or not made the driver run its
+    own training run or not, and so moved the draws of the next submission's visible lookup tests, which its
+    code could read back (3 hidden bits, and the previous student's result). Each starts from the same state."""
+    subs = tmp_path / "subs"
+    copy_stubs(subs / "c_stub")  # its checkpoint drills fail their first half: the driver runs no training run
+    order = [reference_as_student(subs / "a_honest"), with_attack(subs / "b_reads", "reference", "reports_driver_draws.py", {}),
+             subs / "c_stub",
+             with_attack(subs / "d_reads", "reference", "reports_driver_draws.py", {})]
+    results = {r.name: r for r in grade_all(PROJECT, order, TERM, tmp_path / "out", jobs=1, timeout=300)}
+    draws = {name: re.findall(r"DRAWS (\w+)", results[name].output) for name in ("b_reads", "d_reads")}
+    assert draws["b_reads"] and draws["b_reads"] == draws["d_reads"], draws
+    assert results["b_reads"].score == results["d_reads"].score == FULL

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from harness.student_run.compare import Mismatch
 from harness.student_run.plugin import ADAPTER, STATE, scoring_facts, short_report
@@ -158,6 +159,16 @@ def close_kept() -> None:
         _kept = None
 
 
+@contextlib.contextmanager
+def same_random_start():
+    """Every submission's tests draw from torch's global generator as the first one's did, and leave it as it
+    was: what one submission made the driver draw (red team 8: its hidden phase ran the driver's own training
+    run in the checkpoint drill, or not) would otherwise reach the inputs of the next one's visible tests."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        yield
+
+
 def grade(project: Path, term: str, submission: Path, slot: int, settings: dict, reuse: bool = False) -> dict:
     deadline = time.monotonic() + settings["timeout"]
     sandbox = _sandbox(submission, slot, settings, reuse)
@@ -170,7 +181,7 @@ def grade(project: Path, term: str, submission: Path, slot: int, settings: dict,
             "--hidden", "--term", term, "--case-timeout", "0", *QUIET]
     log, code = io.StringIO(), None
     try:
-        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), same_random_start():
             code = pytest.main(argv, plugins=[plugin])
     finally:  # every process of the submission is dead after this; a sandbox in doubt is not kept
         output = sandbox.finish(reuse=code is not None and not (link.timed_out or link.sandbox_failed))
