@@ -63,6 +63,7 @@ ATTACKS = {
     "slow_drip": ("stubs", "slow_drip.py"),
     "malformed_reply": ("stubs", "malformed_reply.py"),
     "infinite_reply": ("stubs", "infinite_reply.py"),
+    "lists_non_tensors": ("reference", "lists_non_tensors.py"),
     "reads_machine": ("stubs", "reads_machine.py"),
     "reports_its_draws": ("reference", "reports_its_draws.py"),
     "forges_diagnosis": ("stubs", "forges_diagnosis.py"),

@@ -249,6 +249,8 @@ def test_every_attack_scores_zero_or_only_its_honest_part(graded, name):
         scores = per_function(graded, name)
         assert scores[spied] < GRADED[spied]
         assert all(scores[fn] == pytest.approx(points) for fn, points in GRADED.items() if fn != spied)
+    elif name == "lists_non_tensors":  # correct code that lies only about its modules' listings
+        assert result.status == "ok" and 0 < result.score <= FULL
     else:
         assert result.score == 0, f"{name} scored {result.score}"
 
@@ -324,8 +326,10 @@ def test_malformed_replies_fail_their_tests_without_the_graders_traceback(graded
     published message holds the grader's traceback or paths."""
     messages = [t["output"] for t in _results_json(graded, "malformed_reply")["tests"]]
     assert any("malformed reply" in m for m in messages)
-    for name in ("malformed_reply", "infinite_reply"):  # red team 6: an infinite handle said the grader failed
+    # red team 6: an infinite handle said the grader failed; red team 8: a buffer listing of strings
+    for name in ("malformed_reply", "infinite_reply", "lists_non_tensors"):
         assert not [t for t in _results_json(graded, name)["tests"] if "the grader failed" in t["output"]]
+    assert any("malformed reply" in t["output"] for t in _results_json(graded, "lists_non_tensors")["tests"])
     for name in graded["results"]:
         for t in _results_json(graded, name)["tests"]:
             assert str(PROJECT) not in t["output"] and "Traceback (most recent" not in t["output"], t["output"]

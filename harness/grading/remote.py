@@ -408,7 +408,7 @@ class RemoteModule(torch.nn.Module):
     def named_buffers(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
         reply = self._ask("named_buffers")
         with _reading_reply():
-            return iter([(prefix + str(n), b) for n, b in reply["value"].items()])
+            return iter([(prefix + str(n), b) for n, b in _tensors_named(reply["value"]).items()])
 
     def buffers(self, recurse: bool = True):
         return (b for _, b in self.named_buffers())
@@ -416,7 +416,7 @@ class RemoteModule(torch.nn.Module):
     def state_dict(self, *args, **kwargs):
         reply = self._ask("state_dict")
         with _reading_reply():
-            return dict(reply["value"])
+            return _tensors_named(reply["value"])
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         self._ask("load_state_dict", dict(state_dict))
@@ -439,6 +439,14 @@ class RemoteModule(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"in the worker, handle {self._handle}"
+
+
+def _tensors_named(value) -> dict[str, torch.Tensor]:
+    """A listing of a module's tensors, or a malformed reply: the tests read each as a tensor (red team 8: a
+    string there made them say the grader failed)."""
+    if not isinstance(value, dict) or not all(isinstance(t, torch.Tensor) for t in value.values()):
+        raise TypeError("not a listing of tensors")
+    return {str(n): t for n, t in value.items()}
 
 
 class _FromWorker(torch.autograd.Function):
