@@ -5,6 +5,7 @@ import argparse
 import difflib
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import harness
@@ -244,6 +245,10 @@ def gradescope_cmd(root: Path, args) -> int:
 
 def grade_cmd(root: Path, args) -> int:
     from harness.grading.grade import grade_all
+    missing = [str(p) for p in args.submissions if not p.exists() and not p.is_symlink()]
+    if missing:  # a TA's typo graded as a 0 row beside the real ones; nothing is graded
+        raise ValueError(f"no such file or folder: {', '.join(missing)}; nothing was graded. Check the path"
+                         f"{'s' if len(missing) > 1 else ''} (a folder or a .zip per submission)")
     tty = sys.stderr.isatty()
 
     def progress(done, total, result):
@@ -254,6 +259,7 @@ def grade_cmd(root: Path, args) -> int:
         else:  # a log (a file, tee, nohup): a line per submission, as it finishes
             print(f"graded {done}/{total} {result.name} {result.score:.2f} {result.status}", file=sys.stderr,
                   flush=True)
+    started = time.monotonic()
     graded = grade_all(root, args.submissions, args.term or pinned_term(root), args.out, args.jobs, args.timeout,
                        args.case_timeout, args.memory_mb, progress, args.require_confinement,
                        announce=lambda text: print(f"harness grade: {text}", file=sys.stderr), shard=args.shard,
@@ -261,7 +267,10 @@ def grade_cmd(root: Path, args) -> int:
     for g in graded:
         flag = f"  TAMPERED: {', '.join(g.tampered)}" if g.tampered else ""
         print(f"{g.name:<30} {g.score:6.2f}  {g.status:<16} {g.seconds:5.1f} s{flag}")
-    print(f"wrote {args.out}/grades.csv (every result folder there), report.html (staff only) and mistakes.csv")
+    seconds = time.monotonic() - started
+    print(f"graded {len(graded)} in {seconds:.0f} s ({60 * len(graded) / max(seconds, 1e-9):.1f} a minute, "
+          f"--jobs {args.jobs}, start-up included); wrote {args.out}/grades.csv (every result folder there), "
+          "report.html (staff only) and mistakes.csv")
     return 0
 
 

@@ -212,3 +212,43 @@ def test_merge_command(tmp_path):
     merged = subprocess.run(run, cwd=PROJECT, capture_output=True, text=True)
     assert merged.returncode == 0 and "2 results" in merged.stdout, merged.stderr
     assert list(_rows(tmp_path / "merged")) == ["alice", "bob"]
+
+
+def test_a_submission_path_that_does_not_exist_grades_nothing(tmp_path, capsys):
+    """A TA's typo (submissions/zoe) was graded as a 0 row, status bad-submission, exit 0, beside the real ones."""
+    real = tmp_path / "alice"
+    real.mkdir()
+    code = cli.main(["grade", str(real), str(tmp_path / "zoe"), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"no such file or folder: {tmp_path / 'zoe'}; nothing was graded" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_result_replaced_by_a_later_grading_is_kept_and_said(tmp_path):
+    """A TA graded another batch into an --out that held results: a stub named bob replaced bob's 123 with 0,
+    exit 0, no trace. The old result is kept under .replaced/ and the batch says so; grades.csv holds the new."""
+    out = tmp_path / "out"
+    out.mkdir()
+    _write_results(out / "bob", Graded("bob", status="timeout", output="the first grading"), "t")
+    kept = grade.set_aside(out, "bob")
+    assert kept is not None and kept[1] == "0.00, timeout" and kept[0].parent == out / grade.REPLACED
+    assert json.loads((kept[0] / "graded.json").read_text())["output"] == "the first grading"
+    _write_results(out / "bob", Graded("bob", status="ok"), "t")
+    graded, problems = Results(out).write()
+    assert [g.status for g in graded] == ["ok"] and not problems  # .replaced/ is not a result folder
+    assert grade.set_aside(out, "carol") is None
+
+
+def test_the_error_column_says_why_a_row_was_not_graded_normally(tmp_path):
+    """A TA: bad-submission and timeout rows had an empty error column; the reason was only in results.json."""
+    out = tmp_path / "out"
+    out.mkdir()
+    _write_results(out / "mallory", Graded("mallory", status="bad-submission",
+                                           output="archive entry '../../x' points outside the submission"), "t")
+    _write_results(out / "erin", Graded("erin", status="timeout", output="printed by the submission"), "t")
+    _write_results(out / "bob", Graded("bob", status="ok", output="printed by the submission"), "t")
+    Results(out).write()
+    with (out / "grades.csv").open(newline="") as f:
+        rows = {r["submission"]: r["error"] for r in csv.DictReader(f)}
+    assert rows == {"bob": "", "erin": "The submission ran out of time; unfinished tests score 0.",
+                    "mallory": "archive entry '../../x' points outside the submission"}, rows

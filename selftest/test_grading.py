@@ -1004,3 +1004,19 @@ def test_a_submission_moves_nothing_the_next_one_in_its_slot_draws(tmp_path):
     draws = {name: re.findall(r"DRAWS (\w+)", results[name].output) for name in ("b_reads", "d_reads")}
     assert draws["b_reads"] and draws["b_reads"] == draws["d_reads"], draws
     assert results["b_reads"].score == results["d_reads"].score == FULL
+
+
+def test_one_function_that_never_returns_costs_its_own_points_and_its_callers(tmp_path):
+    """A TA's student: correct code but for a `while True` in silu scored 0/123, status timeout. Each test of
+    silu and of everything calling it spent the whole per-call limit until the submission's 600 s ran out,
+    and no hidden case ran. A function that ran out of time twice is not called again."""
+    sub = with_edits(tmp_path / "loops", [("attention.py", "    wide = widen(x)\n    return (wide * torch.sigmoid",
+                                           "    while True:\n        pass\n    wide = widen(x)\n    return (wide * torch.sigmoid")])
+    [graded] = grade_all(PROJECT, [sub], TERM, tmp_path / "out", timeout=240, case_timeout=2)
+    assert graded.status == "ok", (graded.status, graded.output[-1000:])
+    silu = [t for t in graded.tests if t.adapter == "run_silu" and t.points]
+    assert silu and all(t.outcome == "failed" for t in silu)
+    assert any("is not called again in this submission" in t.message for t in silu), [t.message for t in silu]
+    scores = points_per_function(graded)
+    untouched = ["run_embedding", "run_softmax", "run_cross_entropy", "run_layernorm", "run_lr_schedule"]
+    assert all(scores[fn] == pytest.approx(GRADED[fn]) for fn in untouched), {fn: scores[fn] for fn in untouched}

@@ -167,6 +167,11 @@ def test_public_pass_hidden_fail_flags_only_functions_whose_own_code_fails():
             Submission("zzoverfit", 0, "ok", [], {}, "", lm + overfit)]
     gaps = dict(analyse(subs, 85, []).hidden_gaps)
     assert gaps == {"zzlm": ["get_transformer_lm"], "zzoverfit": ["run_rope"]}, gaps
+    # hidden cases that ran out of time (the submission's limit, or one call's) say nothing of the fixtures
+    timed = [run("run_rope", "a", False, True),
+             Result("run_rope", "hidden-1", True, False, "Hidden test. not run: the submission ran out of time"),
+             Result("run_rope", "hidden-2", True, False, "Hidden test. run_rope, a hidden case: ran out of time. Hidden")]
+    assert not analyse([Submission("zztimed", 0, "timeout", [], {}, "", lm[:1] + timed)], 85, []).hidden_gaps
 
 
 def test_a_submission_that_cannot_be_imported_has_its_own_status_and_is_listed_apart(tmp_path):

@@ -748,6 +748,10 @@ def _grade_with(grader: Grader, submissions: list[Path], names: list[str], out: 
                 result = _grade_one(grader, driver, submission, name)
                 result.seconds = time.monotonic() - start
                 try:
+                    kept = set_aside(out, result.name)
+                    if kept and announce:
+                        announce(f"{result.name} had a result in {out} already ({kept[1]}): replaced; the old "
+                                 f"one is kept in {kept[0]}")
                     _write_results(out / result.name, result, term)
                 except (OSError, ValueError) as e:
                     result.status, result.output = "grader-error", f"its results could not be written: {e}"
@@ -828,6 +832,34 @@ def _write_results(folder: Path, graded: Graded, term: str) -> None:
     if graded.code_hash:
         (folder / "code.sha256").write_text(graded.code_hash + "\n")
     _write_record(folder, graded)
+
+
+REPLACED = ".replaced"  # in --out: results a later grading of the same name replaced, one folder each
+
+
+def set_aside(out: Path, name: str) -> tuple[Path, str] | None:
+    """Move a result of this name out of the way before a new one is written (a regrade, or a TA grading
+    another batch into the same --out: a stub's 0 replaced a student's 123 with no trace). Returns where it
+    went and what it was, or None where there was none."""
+    folder = out / name
+    if folder.is_symlink() or not (folder / RECORD).is_file():
+        return None
+    try:
+        old = read_record(folder / RECORD, name)
+        said = f"{old.score:.2f}, {old.status}"
+    except BadResult:
+        said = "unreadable"
+    (out / REPLACED).mkdir(exist_ok=True)
+    stamp, n = time.strftime("%Y%m%d-%H%M%S"), 1
+    kept = out / REPLACED / f"{name}.{stamp}"
+    while kept.exists():  # graded twice within a second
+        n += 1
+        kept = out / REPLACED / f"{name}.{stamp}.{n}"
+    kept.mkdir()
+    for file in (RECORD, *RESULT_FILES):
+        if (folder / file).is_file() and not (folder / file).is_symlink():
+            shutil.copy2(folder / file, kept / file)
+    return kept, said
 
 
 def _write_record(folder: Path, graded: Graded) -> None:
@@ -1029,6 +1061,17 @@ def earned(g: Graded) -> dict[str, float]:
     return per
 
 
+def _error(g: Graded) -> str:
+    """The error column: what kept a submission from a normal grading (a TA had to open results.json to learn
+    why a row was bad-submission or timeout). A bad submission's output is the grader's own reason; any other
+    status's output may be the submission's, so its note stands there."""
+    if g.status == "import-error":
+        return g.import_error
+    if g.status == "bad-submission":
+        return (g.output.strip().splitlines() or [STATUS_NOTES[g.status]])[0][:300]
+    return STATUS_NOTES.get(g.status, "").strip()
+
+
 def _write_csv(path: Path, graded: list[Graded], earned_by: list[dict[str, float]]) -> None:
     """One row per result. The term's functions and points (every result holds them), else the
     contract's: an old term's maximum stays its own, and a function it does not cover gets no column."""
@@ -1040,6 +1083,6 @@ def _write_csv(path: Path, graded: list[Graded], earned_by: list[dict[str, float
     writer.writerow(["submission", "score", "max_score", "status", "seconds", "tampered", "error", *functions])
     for g, per in zip(graded, earned_by):
         writer.writerow([text_cell(g.name), f"{g.score:.2f}", f"{total:.2f}", text_cell(g.status), f"{g.seconds:.1f}",
-                         text_cell(";".join(g.tampered)), text_cell(g.import_error),
+                         text_cell(";".join(g.tampered)), text_cell(_error(g)),
                          *[f"{per.get(fn, 0.0):.2f}" for fn in functions]])
     replace_file(path, text.getvalue().encode())

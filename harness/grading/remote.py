@@ -13,6 +13,7 @@ meta-device, largest-allocation and table probes) carry no points: their tests a
 `reports_only`. Values, gradients and counts are compared here.
 """
 
+import collections
 import contextlib
 import functools
 import hashlib
@@ -35,6 +36,12 @@ FAST = 0.2           # seconds: a reply this quick needs no CPU accounting
 IMPORT_CPU = 60.0    # CPU seconds a worker may take to import the submission
 WALL_GRACE = 10.0    # the wall-clock backstop: 3 x the CPU limit, plus this
 REPLY_SECONDS = 5.0  # a reply, once begun, arrives whole within this (a local socket moves 512 MB in less)
+# One infinite loop in run_silu cost a TA's student 0/123 (timeout): every test of silu, and of everything that
+# calls it, spent the whole per-call limit until the submission's ran out, and the hidden cases never ran. A
+# function that ran out of time this many times is not called again, and once any call has, the others get
+# at most AFTER_A_HANG CPU seconds (the reference's slowest call takes 0.2 s).
+HUNG_AGAIN = 2
+AFTER_A_HANG = 10.0
 
 
 class StudentCodeError(Exception):
@@ -57,6 +64,7 @@ class Link:
         self.broken: str | None = None  # why this phase's workers cannot serve any call
         self.import_error = ""  # what the submission's import raised for its visible tests (a status of its own)
         self.imported = False  # a visible-test worker imported the submission
+        self.hung: collections.Counter = collections.Counter()  # function -> its calls that ran out of time
         self.files = ""  # the digest of the submission's files when it did
 
     def enter(self, phase: str) -> None:
@@ -73,9 +81,19 @@ class Link:
         if self.deadline is not None and time.monotonic() > self.deadline:
             self.timed_out = True
             raise TimeoutError("the submission ran out of its time limit before this test")
+        called = _called(message)
+        if self.hung[called] >= HUNG_AGAIN and called:
+            raise TimeoutError(f"{called} ran out of time on {self.hung[called]} earlier tests: it is not called again "
+                               "in this submission, so that the tests of other functions still run. Look for a loop "
+                               "that never ends in it, or in the code it calls.")
         if self.sock is None:
             self._start_worker()
-        reply = self._exchange(message, self.case_timeout)
+        try:
+            reply = self._exchange(message, min(self.case_timeout, AFTER_A_HANG) if self.hung else self.case_timeout)
+        except TimeoutError:
+            if not self.timed_out:  # its own limit, not the submission's
+                self.hung[called] += 1
+            raise
         if not isinstance(reply, dict):
             raise StudentCodeError("the worker sent a malformed reply")
         if "error" in reply:
@@ -251,6 +269,13 @@ def disarm(reply):
             if isinstance(key, str) and (posed := _posed(key)) != key:
                 node[posed] = node.pop(key)
     return _posed(reply) if isinstance(reply, str) else reply
+
+
+def _called(message: dict) -> str:
+    """The contract function a request runs ("" for a module's method or a gradient: their function is the
+    one that built it, which its own calls count)."""
+    target = message.get("target")
+    return str(message.get("name") or (target.get("function") if isinstance(target, dict) else "") or "")
 
 
 def files_digest(folder: Path) -> str:
