@@ -632,6 +632,7 @@ class _RoPE(nn.Module):
     pairing, freq_offset, learnable, tables_in_forward, fixed_theta, einsum = "interleaved", 0, False, False, None, False
     exponent = 2  # pair k turns at theta^(-exponent k / d_k)
     position_offset = 0  # position p turned by (p + offset): 1 for 1-based positions
+    backwards = False  # turned by -p theta_k: sin's sign flipped
 
     def __init__(self, theta, d_k, max_seq_len, device=None):
         super().__init__()
@@ -654,6 +655,7 @@ class _RoPE(nn.Module):
     def forward(self, x, token_positions):
         cos, sin = self._tables(None) if self.tables_in_forward else (self.cos, self.sin)
         cos, sin = cos[token_positions + self.position_offset], sin[token_positions + self.position_offset]
+        sin = -sin if self.backwards else sin
         if self.pairing == "half":  # GPT-NeoX / Hugging Face rotate_half
             first, second = x[..., : self.d_k // 2], x[..., self.d_k // 2:]
             return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
@@ -665,6 +667,10 @@ class _RoPE(nn.Module):
 
 
 
+register("rope_turns_backwards", "RoPE turns each pair by -p theta_k: the sine's sign flipped (blind trial 8)",
+         hint=("each pair turned the other way, by -p theta_k (the sine's sign flipped): the rotation is "
+               "(x1 cos - x2 sin, x1 sin + x2 cos)"),
+         named_by="turned the other way", rope__RotaryPositionalEmbedding=_set(_RoPE, backwards=True))
 register("rope_half_split", "rotate_half pairing (i, i + d/2) instead of interleaved",
          hint=("RoPE with half-split pairing (rotate_half, the GPT-NeoX/Hugging Face layout); this assignment pairs "
                "adjacent dimensions (x0, x1), (x2, x3), ..."),
@@ -1736,6 +1742,15 @@ def _clip_squared_norm(parameters, max_l2_norm):
             g.copy_(g.double() * (max_l2_norm / (norm + 1e-6)))
 
 
+def _clip_l1_norm(parameters, max_l2_norm):
+    """The joint norm as the sum of every gradient element's absolute value (L1), not the L2 norm."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    norm = sum(g.double().abs().sum() for g in grads)
+    if norm > max_l2_norm:
+        for g in grads:
+            g.copy_(g.double() * (max_l2_norm / (norm + 1e-6)))
+
+
 def _ce_mean_of_all(inputs, targets):
     x = _upcast(inputs)  # the mean of every log-probability, the targets' and all the others'
     return -torch.log_softmax(x, dim=-1).mean().to(inputs.dtype)
@@ -1909,6 +1924,7 @@ class _AdamW(optimizer.AdamW):
     swap_betas = False      # beta1 used for v and beta2 for m
     fixed_eps = None        # an eps written into the code (torch's default 1e-8), the group's ignored
     v_of_abs = False        # v accumulates |g|, not g * g
+    t_offset = 0            # bias corrections 1 - beta^(t + offset): 1 counts the steps from 2
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -1941,11 +1957,14 @@ class _AdamW(optimizer.AdamW):
                     g = g + wd * p
                 elif self.decay == "before":
                     p.mul_(1 - lr * wd)
+                elif self.decay == "no_lr":
+                    p.mul_(1 - wd)
                 m.mul_(beta1).add_(g, alpha=1 - beta1)
                 if self.v_of_abs:
                     v.mul_(beta2).add_(g.abs(), alpha=1 - beta2)
                 else:
                     v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                t += self.t_offset
                 c1, c2 = (1 - beta1 ** t, 1 - beta2 ** t) if self.bias_correction else (1.0, 1.0)
                 if self.eps_under_root:
                     p.addcdiv_(m, (v / c2 + eps).sqrt(), value=-lr / c1)
@@ -2157,6 +2176,19 @@ register("cross_entropy_mean_of_all_log_probs", "cross-entropy as the mean of ev
          hint=("the mean of every log-probability over the vocabulary, not of the targets' alone: the loss picks "
                "-log softmax(logits)[target] at each position (gather along the last axis), then averages those"),
          named_by="not of the targets' alone", training__cross_entropy=_ce_mean_of_all)
+
+# ---- blind trial 8: only numbers, no cause
+register("clip_l1_norm", "gradient clipping by the L1 norm, the sum of every |g|",
+         hint=("a joint norm summing every gradient element's |g| (L1); the norm is the L2 norm, the square root "
+               "of the sum of the squares of all gradients together"),
+         named_by="summing every gradient element's |g|", training__gradient_clipping=_clip_l1_norm)
+register("adamw_decay_without_lr", "AdamW's weight decay p *= 1 - weight_decay, without the learning rate",
+         hint="weight decay by p -= weight_decay * p, without the learning rate; AdamW decays by p -= lr * weight_decay * p",
+         named_by="without the learning rate", optimizer__AdamW=_set(_AdamW, decay="no_lr"))
+register("adamw_bias_correction_t_plus_1", "AdamW's bias corrections 1 - beta^(t + 1): steps counted from 2",
+         hint=("bias corrections 1 - beta^(t + 1): the first step is t = 1, so its corrections are 1 - beta1 and "
+               "1 - beta2 (increment the step count before using it)"),
+         named_by="1 - beta^(t + 1)", optimizer__AdamW=_set(_AdamW, t_offset=1))
 
 # A blind trial's AdamW rules that were only 'What differs' (the docstring states each)
 register("adamw_decays_without_gradient", "a parameter whose .grad is None is decayed, though not stepped",
