@@ -58,3 +58,13 @@ def test_every_dtype_shape_and_layout_crosses_as_safetensors_writes_it():
     got = round_trip(values)
     for name, value in values.items():
         assert got[name].dtype == value.dtype and got[name].shape == value.shape and torch.equal(got[name], value), name
+
+
+def test_a_dtype_the_wire_does_not_write_itself_goes_through_safetensors_shared_or_not():
+    """uint16 and float8 tensors (no code in the wire's own writer) go through safetensors' save, which refuses
+    shared memory: a tensor under two names is copied first, as the wire's own writer copies bytes."""
+    shared = torch.arange(6).to(torch.uint16)
+    values = {"a": shared, "b": shared, "c": shared[2:], "f8": torch.tensor([0.5, -2.0]).to(torch.float8_e4m3fn)}
+    got = round_trip(values)
+    assert all(got[k].dtype == v.dtype and torch.equal(got[k].view(torch.uint8), v.contiguous().view(torch.uint8))
+               for k, v in values.items()), got

@@ -423,8 +423,8 @@ class RemoteModule(torch.nn.Module):
         if self._params is None:
             fetched = self._ask("named_parameters")
             with _reading_reply():
-                self._params = {str(n): t.detach().requires_grad_(t.is_floating_point())
-                                for n, t in fetched["value"].items()}
+                self._params = {n: t.detach().requires_grad_(t.is_floating_point())
+                                for n, t in _tensors_named(fetched["value"]).items()}
         return iter((prefix + n, p) for n, p in self._params.items())
 
     def parameters(self, recurse: bool = True):
