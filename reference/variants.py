@@ -1716,39 +1716,26 @@ def _clip_rebinding(parameters, max_l2_norm):
             g = g * (max_l2_norm / (norm + 1e-6))  # noqa: F841 - the mistake: a new tensor, not the gradient
 
 
-def _clip_sum_of_norms(parameters, max_l2_norm):
-    """The joint norm as the sum of each gradient's own norm, not the root of the sum of squares."""
-    grads = [p.grad for p in parameters if p.grad is not None]
-    norm = sum(g.double().norm() for g in grads)
-    if norm > max_l2_norm:
-        for g in grads:
-            g.copy_(g.double() * (max_l2_norm / (norm + 1e-6)))
+def _clip_by(joint_norm, always: bool = False):
+    """Clipping by another joint norm than the L2 norm of all gradients together (`joint_norm(grads)`, in float64),
+    or that scales by max_l2_norm / (norm + 1e-6) even below the maximum (`always`): gradients there grow."""
+    def clip(parameters, max_l2_norm):
+        grads = [p.grad for p in parameters if p.grad is not None]
+        norm = joint_norm(grads)
+        if always or norm > max_l2_norm:
+            for g in grads:
+                g.copy_(g.double() * (max_l2_norm / (norm + 1e-6)))
+    return clip
 
 
-def _clip_always(parameters, max_l2_norm):
-    """Scales by max_l2_norm / (norm + 1e-6) whatever the norm: gradients below the maximum grow."""
-    grads = [p.grad for p in parameters if p.grad is not None]
-    norm = torch.sqrt(sum((g.double() ** 2).sum() for g in grads))
-    for g in grads:
-        g.copy_(g.double() * (max_l2_norm / (norm + 1e-6)))
+def _squares(grads):
+    return sum((g.double() ** 2).sum() for g in grads)
 
 
-def _clip_squared_norm(parameters, max_l2_norm):
-    """The sum of the squares taken as the norm: its square root is missing."""
-    grads = [p.grad for p in parameters if p.grad is not None]
-    norm = sum((g.double() ** 2).sum() for g in grads)
-    if norm > max_l2_norm:
-        for g in grads:
-            g.copy_(g.double() * (max_l2_norm / (norm + 1e-6)))
-
-
-def _clip_l1_norm(parameters, max_l2_norm):
-    """The joint norm as the sum of every gradient element's absolute value (L1), not the L2 norm."""
-    grads = [p.grad for p in parameters if p.grad is not None]
-    norm = sum(g.double().abs().sum() for g in grads)
-    if norm > max_l2_norm:
-        for g in grads:
-            g.copy_(g.double() * (max_l2_norm / (norm + 1e-6)))
+_clip_sum_of_norms = _clip_by(lambda grads: sum(g.double().norm() for g in grads))  # each gradient's own norm, summed
+_clip_always = _clip_by(lambda grads: torch.sqrt(_squares(grads)), always=True)
+_clip_squared_norm = _clip_by(_squares)  # the square root missing
+_clip_l1_norm = _clip_by(lambda grads: sum(g.double().abs().sum() for g in grads))  # every |g|, summed
 
 
 def _ce_mean_of_all(inputs, targets):
