@@ -457,6 +457,7 @@ class _MHA(attention.MultiHeadSelfAttention):
     causal_mask = staticmethod(lambda seq, device: torch.ones(seq, seq, dtype=torch.bool, device=device).tril())
     transpose_heads, transpose_merge = True, True
     heads_layout = "h e"  # "e h": head h takes every num_heads-th column
+    merge_layout = None  # the merge's own layout, where it differs from the split's
     rope_on_d_model = False
     rotate_values = False  # RoPE on V as well as Q and K
     fused = False  # torch's scaled_dot_product_attention in place of the reference's own
@@ -493,7 +494,7 @@ class _MHA(attention.MultiHeadSelfAttention):
             else attention.scaled_dot_product_attention(q, k, v, mask)
         if not self.transpose_merge:  # [..., h, s, e] read as [..., s, h*e]: positions and heads mix
             return self.output_proj(out.reshape(*out.shape[:-3], seq, d))
-        return self.output_proj(rearrange(out, f"... h s e -> ... s ({self.heads_layout})"))
+        return self.output_proj(rearrange(out, f"... h s e -> ... s ({self.merge_layout or self.heads_layout})"))
 
     def __init__(self, d_model, num_heads, max_seq_len=None, theta=None, device=None, dtype=None):
         super().__init__(d_model, num_heads, max_seq_len, theta, device=device, dtype=dtype)
@@ -548,6 +549,10 @@ register("heads_split_d_h", "heads split and merged as (d_k h): strided columns 
          hint=("heads split as (d_k h), so head h takes every num_heads-th column; head h is columns h*d_k .. "
                "(h+1)*d_k - 1, as (h d_k)"),
          attention__MultiHeadSelfAttention=_set(_MHA, heads_layout="e h"))
+register("heads_split_d_h_merged_h_d", "heads split as (d_k h) but merged as (h d_k) (blind trial 8)",
+         hint=("heads split as (d_k h), strided columns, but merged back as (h d_k): split and merge must use one "
+               "layout, and head h is columns h*d_k .. (h+1)*d_k - 1 ('... s (h d) -> ... h s d')"),
+         named_by="merged back as (h d_k)", attention__MultiHeadSelfAttention=_set(_MHA, heads_layout="e h", merge_layout="h e"))
 register("heads_merged_without_transpose", "heads merged by reshape(..., seq, d_model) without the transpose",
          hint=("heads merged by reshape(..., seq, d_model) without the transpose; transpose [..., h, seq, d_k] "
                "back to [..., seq, h, d_k] first"),
@@ -656,9 +661,12 @@ class _RoPE(nn.Module):
         cos, sin = self._tables(None) if self.tables_in_forward else (self.cos, self.sin)
         cos, sin = cos[token_positions + self.position_offset], sin[token_positions + self.position_offset]
         sin = -sin if self.backwards else sin
-        if self.pairing == "half":  # GPT-NeoX / Hugging Face rotate_half
+        if self.pairing in ("half", "half_written_interleaved"):  # GPT-NeoX / Hugging Face rotate_half
             first, second = x[..., : self.d_k // 2], x[..., self.d_k // 2:]
-            return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
+            turned = [first * cos - second * sin, first * sin + second * cos]
+            if self.pairing == "half_written_interleaved":  # pairs read as (i, i + d/2), written as (2i, 2i + 1)
+                return torch.stack(turned, dim=-1).flatten(-2)
+            return torch.cat(turned, dim=-1)
         even, odd = x[..., 0::2], x[..., 1::2]
         if self.einsum:  # elementwise products as einsum: broadcasts like `*`, fails with its own message
             mul = functools.partial(torch.einsum, "...sd,...sd->...sd")
@@ -671,6 +679,10 @@ register("rope_turns_backwards", "RoPE turns each pair by -p theta_k: the sine's
          hint=("each pair turned the other way, by -p theta_k (the sine's sign flipped): the rotation is "
                "(x1 cos - x2 sin, x1 sin + x2 cos)"),
          named_by="turned the other way", rope__RotaryPositionalEmbedding=_set(_RoPE, backwards=True))
+register("rope_half_pairs_written_interleaved", "RoPE pairs read as (i, i + d/2), written back interleaved (blind trial 8)",
+         hint=("pairs read as (x_i, x_(i + d/2)) but written back as (x_2i, x_2i+1): read and write the same pairs, "
+               "adjacent dimensions (x0, x1), (x2, x3), ..."),
+         named_by="written back as (x_2i, x_2i+1)", rope__RotaryPositionalEmbedding=_set(_RoPE, pairing="half_written_interleaved"))
 register("rope_half_split", "rotate_half pairing (i, i + d/2) instead of interleaved",
          hint=("RoPE with half-split pairing (rotate_half, the GPT-NeoX/Hugging Face layout); this assignment pairs "
                "adjacent dimensions (x0, x1), (x2, x3), ..."),
@@ -1167,6 +1179,7 @@ class _GPT2Block(gpt2.GPT2Block):
 
 class _GPT2LM(gpt2.GPT2LM):
     final_norm, untied, residual_scale, final_eps = True, False, True, 1e-5
+    positions = True  # the learned position vectors added to the token embeddings
 
     def __init__(self, vocab_size, context_length, d_model, *args, **kwargs):
         super().__init__(vocab_size, context_length, d_model, *args, **kwargs)
@@ -1182,7 +1195,8 @@ class _GPT2LM(gpt2.GPT2LM):
     def forward(self, in_indices):
         positions = torch.arange(in_indices.shape[-1], device=in_indices.device)
         table = self.token_embeddings.weight
-        x = widen(self.token_embeddings(in_indices)) + widen(self.position_embeddings(positions))
+        x = widen(self.token_embeddings(in_indices))
+        x = x + widen(self.position_embeddings(positions)) if self.positions else x
         for layer in self.layers:
             x = layer(x)
         x = self.ln_final(x) if self.final_norm else x
@@ -1257,6 +1271,10 @@ register("gpt2_block_post_ln", "post-LN GPT-2 block (GPT-1 / original Transforme
          hint="a post-LN block (GPT-1's order); GPT-2 is pre-LN: x + Attn(LayerNorm(x))", gpt2__GPT2Block=_GPT2Block)
 register("gpt2_lm_no_final_norm", "the GPT-2 LM skips the final LayerNorm",
          hint="the final LayerNorm (ln_final) left out before the tied LM head", gpt2__GPT2LM=_set(_GPT2LM, final_norm=False))
+register("gpt2_lm_without_positions", "the GPT-2 LM adds no position embeddings (blind trial 8)",
+         hint=("no position embeddings: x = wte[ids] alone; GPT-2 adds the learned vector of each position, "
+               "x = wte[ids] + wpe[0..seq-1], before the first block"),
+         named_by="no position embeddings", gpt2__GPT2LM=_set(_GPT2LM, positions=False))
 register("gpt2_final_norm_eps_1e_6", "GPT-2's final LayerNorm with eps 1e-6 (blind trial 6)",
          hint="a final LayerNorm (ln_final) with eps 1e-6; GPT-2's LayerNorms all use eps 1e-5",
          gpt2__GPT2LM=_set(_GPT2LM, final_eps=1e-6))
