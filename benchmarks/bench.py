@@ -139,11 +139,36 @@ def grading(n: int, term: str, runs: int = 3) -> None:
     # A batch of n pays the drivers' and the first sandboxes' start-up (torch imported four times) once: a
     # class-sized batch approaches two slots' worth of submissions at the median time each.
     steady = 2 * 60 / statistics.median(per)
+    unconfined = unconfined_cpu(term)
     print(f"grade {n} reference submissions, --jobs 2, median of {runs} batches: "
           f"{statistics.median(rates):.1f} submissions/min (target >= 30); median {statistics.median(per):.1f} s "
           f"per submission ({statistics.median(per) / torch_import:.1f}x a bare import torch, {torch_import:.2f} s "
           f"now), so {steady:.1f} a minute once a long batch has started; all full marks: {full}; every "
-          f"protection on: {'OFF' not in protections}\n  {protections}")
+          f"protection on: {'OFF' not in protections}\n  {protections}\n"
+          f"  the same tests unconfined, in one warm process: {unconfined:.2f} CPU s a submission, so 2 cores "
+          f"grade at most {2 * 60 / unconfined:.0f} a minute without confinement")
+
+
+# The official suite, hidden cases included, run again and again in one process: its tests' own CPU, with
+# no worker, wire or sandbox, and nothing imported or warmed up twice (the first run is left out).
+UNCONFINED = """
+import contextlib, io, statistics, sys, time, pytest
+cpu = []
+for _ in range(4):
+    start = time.process_time()
+    with contextlib.redirect_stdout(io.StringIO()):
+        pytest.main(["-q", "-p", "no:cacheprovider", "--adapters", "reference.adapters", "--hidden", "--jobs", "1",
+                     "--term", sys.argv[1]])
+    cpu.append(time.process_time() - start)
+print(statistics.median(cpu[1:]))
+"""
+
+
+def unconfined_cpu(term: str) -> float:
+    """CPU seconds a submission's tests take with the reference in the test process itself."""
+    out = subprocess.run([sys.executable, "-c", UNCONFINED, term], cwd=PROJECT, capture_output=True, text=True,
+                         check=True, env=STUDENT_ENV)
+    return float(out.stdout.split()[-1])
 
 
 REPORT_MIX = ["one_hot_matmul", "concatenated_sin_cos", "softmax_without_max", "attention_missing_scale",
