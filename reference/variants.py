@@ -1809,6 +1809,13 @@ register("cross_entropy_without_max", "cross-entropy without subtracting the max
 register("cross_entropy_wrong_axis", "log-softmax over a leading axis instead of the vocabulary",
          hint="a log-softmax over the wrong axis (a leading axis): the softmax runs over the vocabulary, the last "
               "axis of the logits", training__cross_entropy=_ce_over_first_axis)
+def _batch_of_whole(convert):
+    """get_batch that first makes the whole token array int64 (`convert`), then takes its windows."""
+    def get_batch(dataset, batch_size, context_length, device):
+        return _get_batch(convert(dataset), batch_size, context_length, device)
+    return get_batch
+
+
 register("batch_targets_not_shifted", "get_batch whose targets are the inputs, not shifted by one",
          hint="targets not shifted: y must be the tokens that follow x, dataset[s + 1 : s + T + 1]",
          named_by="not shifted", training__get_batch=_batch(0, shift=0))
@@ -1872,6 +1879,13 @@ register("cross_entropy_logsumexp", "torch.logsumexp minus the gathered target l
          training__cross_entropy=_ce_logsumexp)
 register("clip_grad_norm_torch", "torch.nn.utils.clip_grad_norm_", correct=True,
          training__gradient_clipping=_clip_torch)
+register("batch_corpus_made_a_tensor", "get_batch converts the whole corpus to a tensor first (blind trial 8)",
+         named_by="converted or copied the whole array",
+         training__get_batch=_batch_of_whole(lambda d: torch.from_numpy(np.asarray(d)).long()))
+register("batch_corpus_copied_as_int64", "get_batch copies the whole corpus with astype(np.int64) first",
+         named_by="converted or copied the whole array", training__get_batch=_batch_of_whole(lambda d: d.astype(np.int64)))
+register("batch_corpus_copied", "get_batch copies the whole corpus with np.array(dataset) first (blind trial 9)",
+         named_by="converted or copied the whole array", training__get_batch=_batch_of_whole(np.array))
 register("batch_numpy_starts", "np.random.randint starts, windows by list comprehension, torch.tensor(device=)",
          correct=True, training__get_batch=_batch_list_comprehension)
 register("checkpoint_torch_save", "torch.save / torch.load of a dict with other keys", correct=True,

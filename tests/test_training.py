@@ -13,7 +13,7 @@ import torch
 
 from harness.runtime import AdaptersError, ContractViolation
 from harness.student_run.checks import generator
-from harness.student_run.probes import allocations
+from harness.student_run.probes import allocations, footprint
 
 adapter = pytest.mark.adapter
 
@@ -190,6 +190,33 @@ def test_starts_are_uniform_over_every_valid_start(adapters):
     assert not off, (f"starts are not uniform: over {len(starts)} draws each of the {k} starts should come up "
                      f"{lo} to {hi} times (a uniform sampler fails this with probability below 1e-6); "
                      f"start: count {off}")
+
+
+CORPUS = 1 << 19  # ids in the probe's corpus: 1 MiB as a uint16 token file
+
+
+@pytest.mark.reports_only  # the allocation hooks run in the code's own process
+@adapter("run_sample_batches")
+@pytest.mark.parametrize("memmap", [False, True], ids=["int64-array", "uint16-memmap"])
+def test_batches_read_their_windows_not_the_whole_corpus(adapters, memmap):
+    """A corpus is an np.memmap of a token file that may not fit in memory: get_batch reads its B windows. Made
+    whole, as a tensor (torch.tensor(dataset), torch.from_numpy(dataset).long()) or a numpy copy
+    (np.array(dataset), dataset.astype(np.int64)), the file is read in full on every call. The memmap's own setup
+    (the drill writes the file) holds 2 bytes an id at once, so there only more than 3 count; any tensor of a
+    quarter of the ids counts."""
+    dataset = torch.arange(CORPUS) % 50_000
+    _batches(adapters, dataset, 4, T, 1, seed=0, memmap=memmap)  # a first call: its imports and caches are not reads
+    _, largest, peak = footprint(adapters.run_sample_batches, dataset, 4, T, 1, 0, memmap)
+    made = largest is not None and math.prod(largest.shape) >= CORPUS // 4
+    what = (f"made {str(largest.dtype).removeprefix('torch.')}{largest.shape} (aten.{largest.op})" if made else
+            f"held {peak / 2**20:.1f} MiB of numpy memory at once ({peak / CORPUS:.0f} bytes an id)")
+    corpus = (f"an np.memmap of {CORPUS:,} uint16 ids (a {2 * CORPUS / 2**20:.0f} MiB file)" if memmap else
+              f"an int64 array of {CORPUS:,} ids")
+    assert not made and peak <= (3 if memmap else 1) * CORPUS, (
+        f"to take 4 windows of {T} ids from {corpus}, get_batch {what}: it converted or copied the whole array "
+        "(torch.tensor(dataset), torch.from_numpy(dataset).long(), dataset.astype(np.int64), np.array(dataset)). "
+        "A real corpus is a memmap of gigabytes, read in full on every call that way: index the windows first, "
+        "dataset[s : s + context_length], and convert only those")
 
 
 @adapter("run_sample_batches")

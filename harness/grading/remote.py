@@ -508,11 +508,11 @@ def _probe(link: Link, kind: str, target: dict, args: tuple, kwargs: dict):
 
 
 def _probe_value(kind: str, reply: dict):
-    if kind == "allocation":
+    if kind in ("allocation", "footprint"):
         largest = reply.get("largest")
         found = None if largest is None else Allocation(
             str(largest["op"]), [int(s) for s in largest["shape"]], getattr(torch, str(largest["dtype"])))
-        return reply.get("value"), found
+        return (reply.get("value"), found) if kind == "allocation" else (reply.get("value"), found, int(reply["peak"]))
     if kind == "allocations":
         return reply.get("value"), [Allocation(str(a["op"]), [int(s) for s in a["shape"]], getattr(torch, str(a["dtype"])))
                                     for a in reply.get("found")]

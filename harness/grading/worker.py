@@ -332,14 +332,15 @@ class Worker:
         if kind == "allocation":
             with torch.no_grad():
                 out, largest = probes.largest_allocation(fn, *args, **kwargs)
-            report = None if largest is None else {"op": largest.op, "shape": largest.shape,
-                                                   "dtype": str(largest.dtype).removeprefix("torch.")}
-            return {"value": out, "largest": report}
+            return {"value": out, "largest": _allocation(largest)}
+        if kind == "footprint":
+            with torch.no_grad():
+                out, largest, peak = probes.footprint(fn, *args, **kwargs)
+            return {"value": out, "largest": _allocation(largest), "peak": peak}
         if kind == "allocations":
             with torch.no_grad():
                 out, found = probes.allocations(fn, *args, **kwargs)
-            return {"value": out, "found": [{"op": a.op, "shape": a.shape, "dtype": str(a.dtype).removeprefix("torch.")}
-                                            for a in found[:64]]}
+            return {"value": out, "found": [_allocation(a) for a in found[:64]]}
         if kind == "tables":
             with torch.no_grad():
                 return {"value": sorted(probes.tables_indexed(fn, *args, **kwargs))}
@@ -455,6 +456,10 @@ def serve(sock: socket.socket) -> None:
             wire.send(sock, reply)
         except TypeError as e:  # a value that cannot cross (a Tensor subclass, a complex tensor, ...)
             wire.send(sock, {"error": {"type": "UnsendableResult", "message": str(e), "traceback": ""}})
+
+
+def _allocation(a) -> dict | None:
+    return None if a is None else {"op": a.op, "shape": a.shape, "dtype": str(a.dtype).removeprefix("torch.")}
 
 
 def _where(e: BaseException) -> str:
