@@ -64,6 +64,7 @@ ATTACKS = {
     "malformed_reply": ("stubs", "malformed_reply.py"),
     "infinite_reply": ("stubs", "infinite_reply.py"),
     "lists_non_tensors": ("reference", "lists_non_tensors.py"),
+    "huge_module": ("stubs", "huge_module.py"),
     "reads_machine": ("stubs", "reads_machine.py"),
     "reports_its_draws": ("reference", "reports_its_draws.py"),
     "forges_diagnosis": ("stubs", "forges_diagnosis.py"),
@@ -72,7 +73,7 @@ ATTACKS = {
 }
 KEYRING_SECRET = "keyring-secret-6061"
 # Attacks on the machine's resources: each runs beside honest work, which must keep full marks.
-RESOURCE_ATTACKS = ("disk_fill", "deep_tree", "memory_fork", "cpu_storm", "slow_drip")
+RESOURCE_ATTACKS = ("disk_fill", "deep_tree", "memory_fork", "cpu_storm", "slow_drip", "huge_module")
 
 # AdamW's step counts in an attribute, not in self.state: right on every uninterrupted run, wrong once
 # resumed from state_dict(). hostile/skips_drills.py's AdamW drill never resumes, to hide it.

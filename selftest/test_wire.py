@@ -45,6 +45,23 @@ def test_a_blob_listing_too_many_tensors_is_refused_before_it_is_parsed():
     assert len(round_trip({f"t{i}": torch.zeros(2) for i in range(500)})) == 500  # a big state dict still crosses
 
 
+def test_a_message_over_the_limit_is_refused_from_its_length_unread():
+    """Red team 9: a module of one 480 MB parameter, read whole, took the trusted driver to 2.5 GB. A message
+    longer than the receiver's limit is refused from its 16-byte length header: its body is never sent here
+    (recv would block for it), so nothing of it is read or allocated."""
+    import pytest
+    header = b'{"$dict": {}}'
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(wire._HEAD.pack(len(header), 80 << 20))  # 80 MB announced, none of it sent
+        with pytest.raises(wire.TooLarge, match="exceeds the 67,108,864-byte limit"):
+            wire.recv(b, deadline=time.monotonic() + 5, limit=64 << 20)
+    a, b = socket.socketpair()
+    with a, b:  # and a message under the limit is read as ever
+        wire.send(a, {"w": torch.ones(1 << 13)})
+        assert torch.equal(wire.recv(b, limit=64 << 10)["w"], torch.ones(1 << 13))
+
+
 def test_every_dtype_shape_and_layout_crosses_as_safetensors_writes_it():
     """The blob is written by the wire itself (5x faster than safetensors' save): each dtype, an empty and
     a 0-d tensor, a permuted view and a slice read back exactly through safetensors' own load."""

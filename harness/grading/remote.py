@@ -36,6 +36,10 @@ FAST = 0.2           # seconds: a reply this quick needs no CPU accounting
 IMPORT_CPU = 60.0    # CPU seconds a worker may take to import the submission
 WALL_GRACE = 10.0    # the wall-clock backstop: 3 x the CPU limit, plus this
 REPLY_SECONDS = 5.0  # a reply, once begun, arrives whole within this (a local socket moves 512 MB in less)
+# The driver holds a reply several times over while it decodes and checks it, outside the submission's memory
+# limit: red team 9's module of one 480 MB parameter took a driver to 2.5 GB. The suite's largest reply is
+# 2 MB (a training run's weights); a reply over this is refused from its length, unread.
+MAX_REPLY = 64 << 20
 # One infinite loop in run_silu cost a TA's student 0/123 (timeout): every test of silu, and of everything that
 # calls it, spent the whole per-call limit until the submission's ran out, and the hidden cases never ran. A
 # function that ran out of time this many times is not called again, and once any call has, the others get
@@ -141,6 +145,12 @@ class Link:
         try:
             wire.send(self.sock, message)
             return disarm(self._wait(cpu_limit))
+        except wire.TooLarge as e:
+            self._drop_worker()
+            raise StudentCodeError(
+                f"the reply was too large to accept ({e}; {MAX_REPLY >> 20} MB at most): the test's inputs are "
+                "small, so a result or a module's tensors far larger than they need (a buffer sized for a huge "
+                "context?). The next test runs in a fresh worker.") from None
         except (ConnectionError, wire.WireError):
             self._drop_worker()
             raise WorkerFailure("the worker process died during this call (it exited, crashed, or hit the "
@@ -176,7 +186,8 @@ class Link:
                               f"less than {cpu_limit:g} s of CPU time: it was sleeping or waiting.")
         ends = time.monotonic() + REPLY_SECONDS
         try:
-            return wire.recv(self.sock, deadline=ends if self.deadline is None else min(ends, self.deadline))
+            return wire.recv(self.sock, deadline=ends if self.deadline is None else min(ends, self.deadline),
+                             limit=MAX_REPLY)
         except TimeoutError:
             self._check_deadline()
             self._timeout(f"the worker began its reply but did not finish it within {REPLY_SECONDS:g} s.")

@@ -32,6 +32,10 @@ class WireError(Exception):
     """A message that is malformed, too large, or cut short (the peer died)."""
 
 
+class TooLarge(WireError):
+    """A message over the receiver's limit, refused from its length alone: nothing of it is read."""
+
+
 def send(sock: socket.socket, value) -> None:
     tensors: dict[str, torch.Tensor] = {}
     header = json.dumps(_encode(value, tensors)).encode()
@@ -71,15 +75,15 @@ def _unshared(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return unshared
 
 
-def recv(sock: socket.socket, deadline: float | None = None):
-    """One message. With a `deadline` (time.monotonic()), the whole message must have arrived by
-    then, however it trickles in (TimeoutError otherwise). Whatever is malformed in it raises
-    WireError, never another exception."""
+def recv(sock: socket.socket, deadline: float | None = None, limit: int = MAX_MESSAGE):
+    """One message of at most `limit` bytes. With a `deadline` (time.monotonic()), the whole message must
+    have arrived by then, however it trickles in (TimeoutError otherwise). Whatever is malformed in it
+    raises WireError, never another exception."""
     head_len, blob_len = _HEAD.unpack(_read(sock, _HEAD.size, deadline))
     if head_len > MAX_HEADER:
-        raise WireError(f"a message header of {head_len:,} bytes exceeds the {MAX_HEADER:,}-byte limit")
-    if head_len + blob_len > MAX_MESSAGE:
-        raise WireError(f"a message of {head_len + blob_len:,} bytes exceeds the {MAX_MESSAGE:,}-byte limit")
+        raise TooLarge(f"a message header of {head_len:,} bytes exceeds the {MAX_HEADER:,}-byte limit")
+    if head_len + blob_len > limit:
+        raise TooLarge(f"a message of {head_len + blob_len:,} bytes exceeds the {limit:,}-byte limit")
     header = _read(sock, head_len, deadline)
     blob = _read(sock, blob_len, deadline) if blob_len else b""
     if blob and int.from_bytes(blob[:8], "little") > MAX_BLOB_HEADER:
