@@ -129,6 +129,24 @@ def test_a_phrase_alone_names_its_mistake(tmp_path):
                                                                                "get_transformer_lm")]
 
 
+def test_mistakes_a_case_cannot_tell_apart_are_named_both_and_claimed_neither(tmp_path):
+    """TA trial 9: rope_half_split and RoPE's pairs written back interleaved give one result through
+    attention (q and k permuted alike); the report listed both hints, and the second's own phrase in its
+    hint counted it as made. The report names both, claims neither: no row."""
+    from harness.grading import report
+    from harness.student_run import diagnose
+    assert report.CANNOT_TELL == diagnose.CANNOT_TELL
+    hints = {m.variant: m.hint for m in known_mistakes()}
+    both = ["rope_half_split", "rope_half_pairs_written_interleaved"]
+    output = (f"output: 40 of 40 elements differ{report.MATCHED}2 {diagnose.CANNOT_TELL} (every element within 1e-6), "
+              "so it cannot tell them apart: " + " ".join(f"({i}) {hints[n]}." for i, n in enumerate(both, 1)))
+    folder = tmp_path / "g"
+    fails = _t("run_multihead_self_attention_with_rope", "a", "failed", output)
+    write_report(_write(folder, [Graded("zzrope", _work(run_multihead_self_attention_with_rope__a=fails))]))
+    with (folder / "mistakes.csv").open() as f:
+        assert list(csv.DictReader(f)) == []
+
+
 def test_a_diagnosis_written_by_the_submission_names_nothing(tmp_path):
     """The red team's forgery: an exception whose message is a `Likely cause:` line holding every
     hint. Only the grader's own sentence on a wrong result names a mistake, and only one."""

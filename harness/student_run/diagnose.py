@@ -80,6 +80,9 @@ def matching_variants(actual, fingerprints: dict[str, dict], atol: float, rtol: 
     return [name for *_, name in sorted(found)]
 
 
+CANNOT_TELL = "known mistakes, which give the same result on this case"  # the report counts none of them
+
+
 def _either(term, case, names: list[str], actual) -> str:
     """Several mistakes that this case cannot tell apart, each named, and a public case of the same
     function where their results differ, where the term has one."""
@@ -90,8 +93,7 @@ def _either(term, case, names: list[str], actual) -> str:
                   and not c.hidden and c.name != case.name and parts(c)), None)
     evidence = match_evidence(actual, term.fingerprints(case)[names[0]]).replace("that mistake's", "each one's")
     listed = " ".join(f"({i}) {_sentence(term.hints[n])}" for i, n in enumerate(names, 1))
-    return (f"your output matches {len(names)} known mistakes, which give the same result on this case "
-            f"({evidence}), so it cannot tell them apart: {listed}"
+    return (f"your output matches {len(names)} {CANNOT_TELL} ({evidence}), so it cannot tell them apart: {listed}"
             + (f" Case {apart!r} tells them apart" if apart else ""))
 
 
