@@ -1024,6 +1024,12 @@ def test_one_function_that_never_returns_costs_its_own_points_and_its_callers(tm
     silu = [t for t in graded.tests if t.adapter == "run_silu" and t.points]
     assert silu and all(t.outcome == "failed" for t in silu)
     assert any("is not called again in this submission" in t.message for t in silu), [t.message for t in silu]
+    # a module's forward is charged to the function that built it (TA trial 9: get_transformer_lm's model
+    # ran out of time on 5 tests, its forward charged to no function)
+    built = [t for t in graded.tests if t.adapter == "get_transformer_lm"]
+    timed_out = [t for t in built if "did not finish within" in t.message]
+    assert 1 <= len(timed_out) <= 2 and any("is not called again" in t.message for t in built), \
+        [t.message[:120] for t in built]
     scores = points_per_function(graded)
     untouched = ["run_embedding", "run_softmax", "run_cross_entropy", "run_layernorm", "run_lr_schedule"]
     assert all(scores[fn] == pytest.approx(GRADED[fn]) for fn in untouched), {fn: scores[fn] for fn in untouched}
