@@ -148,7 +148,7 @@ def _float32_inside(forward):
 
 # ================================================================ Unit 2.1
 
-def _sinusoidal(d, positions, *, layout="interleaved", exponent="pair", swap=False):
+def _sinusoidal(d, positions, *, layout="interleaved", exponent="pair", swap=False, base=10000.0):
     """Sinusoidal encodings with one knob per known way of getting them wrong (and only
     that: on the positions' device, so no variant also fails the meta-device probe)."""
     p = positions.to(torch.float64)[..., None]
@@ -162,7 +162,7 @@ def _sinusoidal(d, positions, *, layout="interleaved", exponent="pair", swap=Fal
         return (p * torch.exp(-math.log(10000.0) * 2 * i / d)).sin().float()
     j = torch.arange(d, dtype=torch.float64, device=p.device)
     power = j if exponent == "raw" else (j - j % 2) / 2 if exponent == "pair_index" else j - j % 2
-    angles = p / torch.pow(10000.0, power / d)
+    angles = p / torch.pow(base, power / d)
     even, odd = (angles.cos(), angles.sin()) if swap else (angles.sin(), angles.cos())
     return torch.where(j % 2 == 0, even, odd).float()
 
@@ -337,7 +337,7 @@ def _alibi_tril_loop(num_heads, seq_len):
 
 
 def _t5_log_buckets(relative, bidirectional, num_buckets, max_distance, *, dtype=torch.float32, key_minus_query=True,
-                    zero_above=False, rounding=torch.floor, causal_abs=False, clamp=True):
+                    zero_above=False, rounding=torch.floor, causal_abs=False, clamp=True, log_of_max=False):
     """T5's bucket rule as Hugging Face writes it, with floor(log(...)) in `dtype`, and a knob per mistake."""
     r = relative if key_minus_query else -relative
     if bidirectional:
@@ -346,7 +346,8 @@ def _t5_log_buckets(relative, bidirectional, num_buckets, max_distance, *, dtype
     else:
         offset, n = torch.zeros_like(r), r.abs() if causal_abs else -torch.min(r, torch.zeros_like(r))
     exact = num_buckets // 2
-    scaled = torch.log(n.to(dtype) / exact) / math.log(max_distance / exact) * (num_buckets - exact)
+    scaled = torch.log(n.to(dtype) / exact) / math.log(max_distance if log_of_max else max_distance / exact) * \
+        (num_buckets - exact)
     large = exact + rounding(scaled).long()
     large = torch.clamp(large, max=num_buckets - 1) if clamp else large
     return offset + torch.where(n < exact, n, large)
@@ -402,6 +403,10 @@ register("t5_bucket_off_by_one", "T5's log buckets one too high (ceil for floor)
          hint=("log buckets one too high (ceil, or max_exact + 1 + ...); distance n >= max_exact goes to "
                "max_exact + floor(log(n / max_exact) / log(max_distance / max_exact) * (half - max_exact))"),
          positions__t5_buckets=functools.partial(_t5_log_buckets, rounding=torch.ceil))
+register("t5_log_over_max_distance", "T5's log buckets divided by log(max_distance) (blind trial 9)",
+         hint=("log buckets scaled by log(max_distance) instead of log(max_distance / max_exact): "
+               "max_exact + floor(log(n / max_exact) / log(max_distance / max_exact) * (half - max_exact))"),
+         positions__t5_buckets=functools.partial(_t5_log_buckets, log_of_max=True))
 register("t5_query_itself_in_upper_half", "T5's bidirectional upper half from r >= 0",
          hint=("the query's own key (r = 0) in the upper half; only keys after the query (r = j - i > 0) use "
                "buckets half .. num_buckets - 1"),
@@ -428,7 +433,7 @@ def _softmax_no_max(x, dim):
 
 
 def _attention(*, scale=True, invert=False, mask_after=False, dim=-1, swap_qk=False, scale_by="d_k",
-               mask_required=False, causal_when_none=False, in_16_bits=False):
+               mask_required=False, causal_when_none=False, in_16_bits=False, root=True):
     def sdpa(Q, K, V, mask=None):
         if not in_16_bits:  # float32 inside, as the reference
             return sdpa_in(widen(Q), widen(K), widen(V), mask).to(Q.dtype)
@@ -437,7 +442,7 @@ def _attention(*, scale=True, invert=False, mask_after=False, dim=-1, swap_qk=Fa
     def sdpa_in(Q, K, V, mask=None):
         scores = (K @ Q.transpose(-1, -2)) if swap_qk else (Q @ K.transpose(-1, -2))
         width = V.shape[-1] if scale_by == "d_v" else Q.shape[-1]
-        scores = scores / math.sqrt(width) if scale else scores
+        scores = scores / (math.sqrt(width) if root else width) if scale else scores
         if causal_when_none and mask is None:  # "no mask" read as "the usual causal mask"
             mask = torch.ones(Q.shape[-2], K.shape[-2], dtype=torch.bool, device=Q.device).tril()
         if mask_required:  # ~None raises: the None case was never tried
@@ -553,6 +558,10 @@ register("heads_split_d_h_merged_h_d", "heads split as (d_k h) but merged as (h 
          hint=("heads split as (d_k h), strided columns, but merged back as (h d_k): split and merge must use one "
                "layout, and head h is columns h*d_k .. (h+1)*d_k - 1 ('... s (h d) -> ... h s d')"),
          named_by="merged back as (h d_k)", attention__MultiHeadSelfAttention=_set(_MHA, heads_layout="e h", merge_layout="h e"))
+register("heads_split_h_d_merged_d_h", "heads split as (h d_k) but merged as (d_k h) (blind trial 9)",
+         hint=("heads split as (h d_k) but merged back as (d_k h), strided columns: split and merge must use one "
+               "layout, '... h s d -> ... s (h d)' to merge"),
+         attention__MultiHeadSelfAttention=_set(_MHA, merge_layout="e h"))
 register("heads_merged_without_transpose", "heads merged by reshape(..., seq, d_model) without the transpose",
          hint=("heads merged by reshape(..., seq, d_model) without the transpose; transpose [..., h, seq, d_k] "
                "back to [..., seq, h, d_k] first"),
@@ -758,6 +767,9 @@ register("rmsnorm_subtracts_mean", "the mean is subtracted (LayerNorm)",
 register("rmsnorm_wrong_axis", "normalises over the wrong axis",
          hint="RMSNorm over the wrong axis; normalise over the last (d_model) axis",
          mistake=30, model__RMSNorm=_set(_RMSNorm, axis=0))
+register("rmsnorm_mean_over_everything", "RMSNorm's mean of squares over the whole tensor (blind trial 9)",
+         hint="one mean of squares over the whole tensor; each position is divided by its own RMS over d_model",
+         model__RMSNorm=_set(_RMSNorm, axis=None))
 register("rmsnorm_gain_ignored", "the gain is not applied",
          hint="RMSNorm without its gain; multiply by weights",
          mistake=31, model__RMSNorm=_set(_RMSNorm, use_gain=False))
@@ -1009,6 +1021,7 @@ register("mutates_input", "the lookup writes into its weights", named_by="in pla
 
 class _Linear(attention.Linear):
     transpose, variance_as_std, cast_back = True, False, True
+    reshaped = False  # W.reshape(d_in, d_out) in place of W.T: the memory order kept, columns mixed
 
     def __init__(self, in_features, out_features, device=None, dtype=None):
         super().__init__(in_features, out_features, device=device, dtype=dtype)
@@ -1019,7 +1032,7 @@ class _Linear(attention.Linear):
     def forward(self, x):
         wide = widen(x)  # as the reference: float32 inside
         w = self.weight.to(wide.dtype)
-        out = wide @ (w.T if self.transpose else w)
+        out = wide @ (w.reshape(w.shape[1], w.shape[0]) if self.reshaped else w.T if self.transpose else w)
         return out.to(x.dtype) if self.cast_back else out
 
 
@@ -1088,12 +1101,18 @@ register("sinusoidal_halves_same_frequencies", "[sin | cos] halves with this ass
          embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, layout="halves"))
 register("sinusoidal_sin_only", "sinusoidal table of d_model/2 sines: half the width", named_by="d_model=16]",
          embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, layout="sin_only"))
+register("sinusoidal_base_1000", "sinusoidal frequencies with base 1000 (blind trial 9)",
+         hint="frequencies with base 1000; the base is 10000: pair i turns at 1 / 10000^(2i / d_model)",
+         embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, base=1000.0))
 register("sinusoidal_exponent_pair_index", "sinusoidal exponent i/d_model over the pair index",
          hint="an exponent over the pair index, 10000^(i/d_model); pair i uses 10000^(2i/d_model)",
          embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, exponent="pair_index"))
 register("attention_scale_sqrt_dv", "scores scaled by 1/sqrt(d_v) instead of 1/sqrt(d_k)",
          hint="attention scores scaled by 1/sqrt(d_v); the scale uses d_k, the width of Q and K",
          attention__scaled_dot_product_attention=_attention(scale_by="d_v"))
+register("attention_scale_1_over_dk", "scores scaled by 1/d_k instead of 1/sqrt(d_k) (blind trial 9)",
+         hint="attention scores divided by d_k; the scale is 1/sqrt(d_k), the square root of Q's width",
+         attention__scaled_dot_product_attention=_attention(root=False))
 register("rmsnorm_returns_module_dtype", "RMSNorm returns the weights' dtype, not the input's",
          named_by="return the input's dtype", model__RMSNorm=_set(_RMSNorm, module_dtype=True))
 class _UninitialisedLinear(attention.Linear):
@@ -1107,6 +1126,10 @@ register("linear_left_uninitialised", "Linear weights left as torch.empty, never
 register("linear_without_transpose", "Linear computes x @ W without the transpose",
          hint="a linear layer computing x @ W without the transpose; W is [d_out, d_in], so y = x @ W.T",
          named_by="without its transpose", attention__Linear=_set(_Linear, transpose=False))
+register("linear_weight_reshaped", "Linear computes x @ W.reshape(d_in, d_out), not x @ W.T (blind trial 9)",
+         hint=("the weight reshaped to [d_in, d_out] instead of transposed: reshape keeps W's memory order, so each "
+               "column mixes rows of W; y = x @ W.T"),
+         attention__Linear=_set(_Linear, reshaped=True))
 register("linear_returns_float32", "Linear upcasts a 16-bit x to float32 and returns float32",
          named_by="return the dtype the contract states", attention__Linear=_set(_Linear, cast_back=False))
 
@@ -1116,6 +1139,7 @@ class _LayerNorm(gpt2.LayerNorm):
     """LayerNorm with a knob per known mistake; the correct settings match the reference."""
     unbiased, eps_outside, use_bias, axis, center, one_pass, affine_in_input_dtype = \
         False, False, True, -1, True, False, False
+    centred_numerator = True  # False: x / std, the variance centred but not x
 
     def forward(self, x):
         wide = x.float()
@@ -1126,7 +1150,7 @@ class _LayerNorm(gpt2.LayerNorm):
             var = wide.var(dim=self.axis, keepdim=True, unbiased=self.unbiased) if self.center else \
                 wide.pow(2).mean(dim=self.axis, keepdim=True)
         scale = torch.sqrt(var) + self.eps if self.eps_outside else torch.sqrt(var + self.eps)
-        normed = (wide - mean) / scale
+        normed = (wide - mean if self.centred_numerator else wide) / scale
         if self.affine_in_input_dtype:  # normalised in float32, then rounded before weight and bias
             normed = normed.to(x.dtype)
         out = normed * self.weight
@@ -1180,6 +1204,7 @@ class _GPT2Block(gpt2.GPT2Block):
 class _GPT2LM(gpt2.GPT2LM):
     final_norm, untied, residual_scale, final_eps = True, False, True, 1e-5
     positions = True  # the learned position vectors added to the token embeddings
+    token_scale = 1.0  # sqrt(d_model): the original Transformer's scale of the token embeddings
 
     def __init__(self, vocab_size, context_length, d_model, *args, **kwargs):
         super().__init__(vocab_size, context_length, d_model, *args, **kwargs)
@@ -1195,7 +1220,7 @@ class _GPT2LM(gpt2.GPT2LM):
     def forward(self, in_indices):
         positions = torch.arange(in_indices.shape[-1], device=in_indices.device)
         table = self.token_embeddings.weight
-        x = widen(self.token_embeddings(in_indices))
+        x = widen(self.token_embeddings(in_indices)) * self.token_scale
         x = x + widen(self.position_embeddings(positions)) if self.positions else x
         for layer in self.layers:
             x = layer(x)
@@ -1235,6 +1260,10 @@ register("layernorm_one_pass_variance", "LayerNorm variance as E[x^2] - E[x]^2 i
 register("layernorm_without_mean", "RMSNorm where LayerNorm is asked: the mean is not subtracted",
          hint="RMSNorm in place of LayerNorm: subtract the mean, then divide by the standard deviation",
          gpt2__LayerNorm=_set(_LayerNorm, center=False))
+register("layernorm_numerator_not_centred", "LayerNorm divides x, not x - mean, by the standard deviation (blind trial 9)",
+         hint=("x itself divided by the standard deviation: the variance is centred, and so must x be: "
+               "(x - mean) / sqrt(var + eps)"),
+         gpt2__LayerNorm=_set(_LayerNorm, centred_numerator=False))
 register("layernorm_affine_in_16_bits", "LayerNorm normalises in float32 but applies weight and bias in 16 bits",
          hint=("LayerNorm that normalises in float32 but rounds to float16/bfloat16 before the affine: the product "
                "with weight and the sum with bias each round to 16 bits; apply weight and bias in float32 too, "
@@ -1275,6 +1304,11 @@ register("gpt2_lm_without_positions", "the GPT-2 LM adds no position embeddings 
          hint=("no position embeddings: x = wte[ids] alone; GPT-2 adds the learned vector of each position, "
                "x = wte[ids] + wpe[0..seq-1], before the first block"),
          named_by="no position embeddings", gpt2__GPT2LM=_set(_GPT2LM, positions=False))
+register("gpt2_lm_scales_token_embeddings", "the GPT-2 LM scales token embeddings by sqrt(d_model) (blind trial 9)",
+         hint=("token embeddings multiplied by sqrt(d_model), the original Transformer's scale; GPT-2 adds them "
+               "unscaled: wte[ids] + wpe[positions]"),
+         gpt2__GPT2LM=lambda vocab_size, context_length, d_model, *args, **kwargs: _set(
+             _GPT2LM, token_scale=math.sqrt(d_model))(vocab_size, context_length, d_model, *args, **kwargs))
 register("gpt2_final_norm_eps_1e_6", "GPT-2's final LayerNorm with eps 1e-6 (blind trial 6)",
          hint="a final LayerNorm (ln_final) with eps 1e-6; GPT-2's LayerNorms all use eps 1e-5",
          gpt2__GPT2LM=_set(_GPT2LM, final_eps=1e-6))
@@ -1364,6 +1398,14 @@ register("gelu_tanh_sqrt_two_pi", "tanh GELU with sqrt(2 pi) for sqrt(2 / pi)",
          hint="the tanh GELU with sqrt(2*pi) inside; the formula has sqrt(2/pi): tanh(sqrt(2/pi) (x + 0.044715 x^3))",
          gpt2__gelu=lambda x, approximate="none": _reference_gelu(x) if approximate == "none" else
          0.5 * x * (1 + torch.tanh(math.sqrt(2 * math.pi) * (x + 0.044715 * x.pow(3)))))
+register("gelu_erf_of_half_x", "exact GELU as erf(x / 2) for erf(x / sqrt(2)) (blind trial 9)",
+         hint="the exact GELU with erf(x / 2); the normal CDF is (1 + erf(x / sqrt(2))) / 2",
+         gpt2__gelu=lambda x, approximate="none": 0.5 * x * (1 + torch.erf(x / 2)) if approximate == "none" else
+         _reference_gelu(x, approximate))
+register("gelu_tanh_without_sqrt", "tanh GELU with 2 / pi for sqrt(2 / pi) (blind trial 9)",
+         hint="the tanh GELU with 2/pi inside, not its square root: tanh(sqrt(2/pi) (x + 0.044715 x^3))",
+         gpt2__gelu=lambda x, approximate="none": _reference_gelu(x) if approximate == "none" else
+         0.5 * x * (1 + torch.tanh(2 / math.pi * (x + 0.044715 * x.pow(3)))))
 register("gelu_erf_without_sqrt2", "exact GELU as erf(x) for erf(x / sqrt(2))",
          hint="the exact GELU with erf(x); the normal CDF is (1 + erf(x / sqrt(2))) / 2",
          gpt2__gelu=lambda x, approximate="none": 0.5 * x * (1 + torch.erf(x)) if approximate == "none" else
@@ -1944,6 +1986,7 @@ class _AdamW(optimizer.AdamW):
     fixed_eps = None        # an eps written into the code (torch's default 1e-8), the group's ignored
     v_of_abs = False        # v accumulates |g|, not g * g
     t_offset = 0            # bias corrections 1 - beta^(t + offset): 1 counts the steps from 2
+    m_weights_swapped = False  # m = (1 - beta1) m + beta1 g: m.lerp_(g, beta1)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -1978,7 +2021,10 @@ class _AdamW(optimizer.AdamW):
                     p.mul_(1 - lr * wd)
                 elif self.decay == "no_lr":
                     p.mul_(1 - wd)
-                m.mul_(beta1).add_(g, alpha=1 - beta1)
+                if self.m_weights_swapped:
+                    m.mul_(1 - beta1).add_(g, alpha=beta1)
+                else:
+                    m.mul_(beta1).add_(g, alpha=1 - beta1)
                 if self.v_of_abs:
                     v.mul_(beta2).add_(g.abs(), alpha=1 - beta2)
                 else:
@@ -2210,6 +2256,10 @@ register("adamw_bias_correction_t_plus_1", "AdamW's bias corrections 1 - beta^(t
          named_by="1 - beta^(t + 1)", optimizer__AdamW=_set(_AdamW, t_offset=1))
 
 # A blind trial's AdamW rules that were only 'What differs' (the docstring states each)
+register("adamw_m_weights_swapped", "AdamW's m = (1 - beta1) m + beta1 g: m's weights swapped (blind trial 9)",
+         hint=("a first moment m = (1 - beta1) m + beta1 g, as m.lerp_(g, beta1) makes it; m keeps beta1 of itself: "
+               "m = beta1 m + (1 - beta1) g, m.lerp_(g, 1 - beta1)"),
+         optimizer__AdamW=_set(_AdamW, m_weights_swapped=True))
 register("adamw_decays_without_gradient", "a parameter whose .grad is None is decayed, though not stepped",
          hint="parameters whose .grad is None decayed (p -= lr * weight_decay * p) though not stepped: a parameter "
               "without a gradient is left alone entirely, decay included, as torch.optim.AdamW does",
