@@ -647,6 +647,7 @@ class _RoPE(nn.Module):
     exponent = 2  # pair k turns at theta^(-exponent k / d_k)
     position_offset = 0  # position p turned by (p + offset): 1 for 1-based positions
     backwards = False  # turned by -p theta_k: sin's sign flipped
+    tables_on_host = False  # rows looked up on the CPU: self.cos.cpu()[token_positions.cpu()]
 
     def __init__(self, theta, d_k, max_seq_len, device=None):
         super().__init__()
@@ -668,6 +669,8 @@ class _RoPE(nn.Module):
     @_float32_inside
     def forward(self, x, token_positions):
         cos, sin = self._tables(None) if self.tables_in_forward else (self.cos, self.sin)
+        if self.tables_on_host:  # right on the CPU; on a GPU the CPU rows meet the GPU input
+            cos, sin, token_positions = cos.cpu(), sin.cpu(), token_positions.cpu()
         cos, sin = cos[token_positions + self.position_offset], sin[token_positions + self.position_offset]
         sin = -sin if self.backwards else sin
         if self.pairing in ("half", "half_written_interleaved"):  # GPT-NeoX / Hugging Face rotate_half
@@ -714,6 +717,8 @@ register("rope_learnable_tables", "RoPE cos/sin registered as learnable paramete
          hint="RoPE tables registered as parameters; RoPE has none",
          named_by="parameters must be exactly", mistake=27,
          rope__RotaryPositionalEmbedding=_set(_RoPE, learnable=True))
+register("rope_rows_looked_up_on_cpu", "RoPE's cos/sin rows looked up on the CPU, .cpu() in forward (blind trial 9)",
+         named_by="copied to the CPU by .cpu()", rope__RotaryPositionalEmbedding=_set(_RoPE, tables_on_host=True))
 register("rope_tables_on_cpu", "cos/sin built in forward without device=",
          hint="RoPE tables built in forward on the CPU", named_by="device", mistake=28,
          rope__RotaryPositionalEmbedding=_set(_RoPE, tables_in_forward=True))

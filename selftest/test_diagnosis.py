@@ -41,6 +41,22 @@ def test_meta_probe_rejects_a_cpu_table_indexed_by_device_ids():
         run_on_meta(lambda ids: torch.randn(V, D)[ids], _ids("meta"))
 
 
+def test_meta_probe_rejects_a_table_copied_to_the_cpu_and_mixed_with_the_inputs():
+    """Blind trial 9: RoPE's tables looked up on the CPU (self.cos.cpu()[positions.cpu()]) passed, since .cpu()
+    of a meta tensor raised "no data" and the probe called that not the code's fault; on a GPU the CPU rows
+    then meet the GPU input."""
+    table = torch.empty(V, D, device="meta")
+    with pytest.raises(DeviceMismatch, match=r"copied to the CPU by \.cpu\(\)"):
+        run_on_meta(lambda x: table.cpu()[torch.arange(x.shape[-2])] * x, torch.empty(5, D, device="meta"))
+
+
+def test_meta_probe_accepts_a_value_read_through_the_cpu():
+    """.cpu() for a value (a length, a range check) is slow but right on any device: it passes."""
+    table = torch.empty(V, D, device="meta")
+    out = run_on_meta(lambda ids: table[: int(ids.max().cpu()) + 1][ids.clamp(max=0)], _ids("meta"))
+    assert out is not None and out.device.type == "meta"
+
+
 def test_meta_probe_accepts_an_assert_range_check():
     table = torch.empty(V, D, device="meta")
 

@@ -134,7 +134,7 @@ _INDEXING = {aten.index, aten.index_put, aten.index_put_, aten._index_put_impl_,
 class _MetaWatcher(_Mode):
     def __init__(self):
         super().__init__()
-        self.cpu_made: dict[int, str] = {}  # storage -> op that created a CPU tensor
+        self.cpu_made: dict[int, str] = {}  # storage -> how the call made that CPU tensor
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         tensors = _tensors((args, kwargs))
@@ -143,7 +143,7 @@ class _MetaWatcher(_Mode):
         if "meta" in devices and "cpu" in devices:
             cpu = next(t for t in checked if t.device.type == "cpu" and t.dim() > 0)
             origin = self.cpu_made.get(cpu.untyped_storage().data_ptr())
-            made = f", made by torch.{origin}(...) inside the call" if origin else ""
+            made = f", {origin} inside the call" if origin else ""
             raise DeviceMismatch(
                 f"aten.{func.overloadpacket.__name__} mixed the caller's meta-device tensors with a cpu "
                 f"tensor of shape {list(cpu.shape)}{made}. Create tensors on the input's device "
@@ -152,11 +152,23 @@ class _MetaWatcher(_Mode):
             # A range check like int(ids.max()) is correct code that meta tensors
             # cannot answer: pretend it passed and keep watching.
             return False if tensors[0].dtype == torch.bool else 0
+        if func is aten._to_copy.default and tensors and tensors[0].device.type == "meta" and \
+                str((kwargs or {}).get("device")) == "cpu":
+            # .cpu() of the input's data (blind trial 9: RoPE's tables, self.cos.cpu()[...]) has no data to copy
+            # here: zeros stand in, so a later mix with the inputs is caught, and a value read from them passes
+            source = tensors[0]
+            out = torch.zeros(source.shape, dtype=kwargs.get("dtype") or source.dtype)
+            self.cpu_made[out.untyped_storage().data_ptr()] = "copied to the CPU by .cpu() or .to('cpu')"
+            return out
         out = func(*args, **(kwargs or {}))
-        if not tensors:
+        # a CPU tensor the call made, and what it computes from one (a table's rows, a product), keep its origin
+        origin = f"made by torch.{func.overloadpacket.__name__}(...)" if not tensors else next(
+            (self.cpu_made[t.untyped_storage().data_ptr()] for t in tensors
+             if t.device.type == "cpu" and t.untyped_storage().data_ptr() in self.cpu_made), None)
+        if origin:
             for t in _tensors(out):
                 if t.device.type == "cpu":
-                    self.cpu_made[t.untyped_storage().data_ptr()] = func.overloadpacket.__name__
+                    self.cpu_made[t.untyped_storage().data_ptr()] = origin
         return out
 
 
