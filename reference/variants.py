@@ -1928,7 +1928,7 @@ register("clip_grad_norm_torch", "torch.nn.utils.clip_grad_norm_", correct=True,
          training__gradient_clipping=_clip_torch)
 register("batch_corpus_made_a_tensor", "get_batch converts the whole corpus to a tensor first (blind trial 8)",
          named_by="converted or copied the whole array",
-         training__get_batch=_batch_of_whole(lambda d: torch.from_numpy(np.asarray(d)).long()))
+         training__get_batch=_batch_of_whole(lambda d: torch.tensor(d, dtype=torch.long)))
 register("batch_corpus_copied_as_int64", "get_batch copies the whole corpus with astype(np.int64) first",
          named_by="converted or copied the whole array", training__get_batch=_batch_of_whole(lambda d: d.astype(np.int64)))
 register("batch_corpus_copied", "get_batch copies the whole corpus with np.array(dataset) first (blind trial 9)",
