@@ -1209,7 +1209,7 @@ class _GPT2Block(gpt2.GPT2Block):
 class _GPT2LM(gpt2.GPT2LM):
     final_norm, untied, residual_scale, final_eps = True, False, True, 1e-5
     positions = True  # the learned position vectors added to the token embeddings
-    token_scale = 1.0  # sqrt(d_model): the original Transformer's scale of the token embeddings
+    scaled_tokens = False  # token embeddings times sqrt(d_model), the original Transformer's scale
 
     def __init__(self, vocab_size, context_length, d_model, *args, **kwargs):
         super().__init__(vocab_size, context_length, d_model, *args, **kwargs)
@@ -1225,7 +1225,8 @@ class _GPT2LM(gpt2.GPT2LM):
     def forward(self, in_indices):
         positions = torch.arange(in_indices.shape[-1], device=in_indices.device)
         table = self.token_embeddings.weight
-        x = widen(self.token_embeddings(in_indices)) * self.token_scale
+        x = widen(self.token_embeddings(in_indices))
+        x = x * math.sqrt(x.shape[-1]) if self.scaled_tokens else x
         x = x + widen(self.position_embeddings(positions)) if self.positions else x
         for layer in self.layers:
             x = layer(x)
@@ -1312,8 +1313,7 @@ register("gpt2_lm_without_positions", "the GPT-2 LM adds no position embeddings 
 register("gpt2_lm_scales_token_embeddings", "the GPT-2 LM scales token embeddings by sqrt(d_model) (blind trial 9)",
          hint=("token embeddings multiplied by sqrt(d_model), the original Transformer's scale; GPT-2 adds them "
                "unscaled: wte[ids] + wpe[positions]"),
-         gpt2__GPT2LM=lambda vocab_size, context_length, d_model, *args, **kwargs: _set(
-             _GPT2LM, token_scale=math.sqrt(d_model))(vocab_size, context_length, d_model, *args, **kwargs))
+         gpt2__GPT2LM=_set(_GPT2LM, scaled_tokens=True))
 register("gpt2_final_norm_eps_1e_6", "GPT-2's final LayerNorm with eps 1e-6 (blind trial 6)",
          hint="a final LayerNorm (ln_final) with eps 1e-6; GPT-2's LayerNorms all use eps 1e-5",
          gpt2__GPT2LM=_set(_GPT2LM, final_eps=1e-6))
