@@ -248,6 +248,18 @@ def test_position_patterns_are_blamed_on_positions_only_along_a_sequence(axes, b
     assert ("shifted by one position" in (heuristic(shifted, expected, 1e-5, 1e-4, axes=axes) or "")) == blamed
 
 
+@pytest.mark.parametrize("axes, paired", [(["heads"], False), (["seq", "keys"], False), (["seq", "d_model"], True),
+                                         (["axis 0"], True), (None, True)])
+def test_values_in_another_order_are_a_pairing_of_dimensions_only_along_a_feature_axis(axes, paired):
+    """ALiBi's slopes sorted (blind trial 9) were told 'how dimensions are paired, interleaved or concatenated':
+    along heads or keys the order is the mistake, not a pairing of dimensions."""
+    from harness.student_run.diagnose import heuristic
+    expected = torch.arange(1.0, 7.0).reshape(1, 6) if axes and len(axes) == 2 else torch.arange(1.0, 7.0)
+    text = heuristic(expected.flip(-1), expected, 1e-5, 1e-4, axes=axes) or ""
+    assert text.startswith("the right values, in the wrong order along the last axis"), text
+    assert ("how dimensions are paired" in text) == paired and (paired or f"({axes[-1]})" in text), text
+
+
 def test_a_match_at_zero_error_reads_exactly():
     from harness.student_run.diagnose import match_evidence
     actual = torch.arange(6.0)

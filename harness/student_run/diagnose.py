@@ -164,6 +164,9 @@ def heuristic(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: f
                 "a halves layout ([sin | cos], or pairs (i, i + d/2)) where this assignment interleaves "
                 "(dims 2i and 2i+1 form pair i)")
     if a.shape[-1] > 1 and close(a.sort(dim=-1).values, e.sort(dim=-1).values):
+        last = axes[-1] if axes else ""
+        if last and not last.startswith(("d_", "axis ")):  # heads, keys, steps: an order, not a pairing of dims
+            return f"the right values, in the wrong order along the last axis ({last})"
         return ("the right values, in the wrong order along the last axis: a layout difference "
                 "(how dimensions are paired, interleaved or concatenated)")
     return None
