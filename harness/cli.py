@@ -245,6 +245,7 @@ def gradescope_cmd(root: Path, args) -> int:
 
 def grade_cmd(root: Path, args) -> int:
     from harness.grading.grade import grade_all
+    from harness.scoring import points_text
     missing = [str(p) for p in args.submissions if not p.exists() and not p.is_symlink()]
     if missing:  # a TA's typo graded as a 0 row beside the real ones; nothing is graded
         raise ValueError(f"no such file or folder: {', '.join(missing)}; nothing was graded. Check the path"
@@ -257,7 +258,7 @@ def grade_cmd(root: Path, args) -> int:
             print(f"\r[{bar:<30}] {done}/{total} {result.name[:30]:<30}", end="\n" if done == total else "",
                   file=sys.stderr, flush=True)
         else:  # a log (a file, tee, nohup): a line per submission, as it finishes
-            print(f"graded {done}/{total} {result.name} {result.score:.2f} {result.status}", file=sys.stderr,
+            print(f"graded {done}/{total} {result.name} {points_text(result.score)} {result.status}", file=sys.stderr,
                   flush=True)
     started = time.monotonic()
     graded = grade_all(root, args.submissions, args.term or pinned_term(root), args.out, args.jobs, args.timeout,

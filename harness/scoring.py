@@ -41,6 +41,13 @@ class Result:
     twin: str = ""               # a public case's check: the id of the same check on its twin
 
 
+def points_text(points: float) -> str:
+    """A score as every output writes it: two decimals, more where the shares need them (94.9413, not
+    the 94.94 of a CSV beside the 94.9413 of Gradescope's results.json)."""
+    whole, _, decimals = f"{points:.4f}".partition(".")
+    return f"{whole}.{decimals.rstrip('0').ljust(2, '0')}"
+
+
 def contract_points() -> dict[str, float]:
     """Per function, the points the contract gives it today (a term built earlier keeps its own)."""
     return {n: a.points for n, a in ADAPTERS.items()}

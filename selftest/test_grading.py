@@ -204,6 +204,10 @@ def test_known_mistakes_get_partial_credit_on_the_right_functions(graded, reache
             assert points == pytest.approx(GRADED[fn]), f"{fn} lost points it should keep"
     lost = {fn for fn, points in scores.items() if points < GRADED[fn]}
     assert OWNER[name] in lost and lost <= exposed, (lost, exposed)
+    # TA trial 9 read 94.94 in grades.csv and 94.9413 in results.json: one number, written one way
+    with (graded["out"] / "grades.csv").open() as f:
+        row = next(r for r in csv.DictReader(f) if r["submission"] == name)
+    assert Decimal(row["score"]) == Decimal(repr(_results_json(graded, name)["score"])), row["score"]
 
 
 def test_probes_run_in_the_worker_and_still_catch_a_cpu_mask(graded):

@@ -43,7 +43,7 @@ from xml.sax.saxutils import escape, quoteattr
 from harness.contract import ADAPTERS
 from harness.grading import wire
 from harness.grading.report import POINTS_ENTRY, STATUS_ENTRY, code_hash, text_cell, write_report
-from harness.scoring import Result, contract_points, scores
+from harness.scoring import Result, contract_points, points_text, scores
 from harness.grading.sandbox import (BASE_UID, OOM_DRIVER, UID_BLOCK, UID_BLOCKS, Cgroup, Protections,
                                      Sandbox, copy_root, exposed, kill_group, kill_uid, kill_until_none,
                                      readable_by_workers, remove_orphan_sandboxes, remove_tree, set_oom_score,
@@ -846,7 +846,7 @@ def set_aside(out: Path, name: str) -> tuple[Path, str] | None:
         return None
     try:
         old = read_record(folder / RECORD, name)
-        said = f"{old.score:.2f}, {old.status}"
+        said = f"{points_text(old.score)}, {old.status}"
     except BadResult:
         said = "unreadable"
     (out / REPLACED).mkdir(exist_ok=True)
@@ -1082,7 +1082,7 @@ def _write_csv(path: Path, graded: list[Graded], earned_by: list[dict[str, float
     writer = csv.writer(text)
     writer.writerow(["submission", "score", "max_score", "status", "seconds", "tampered", "error", *functions])
     for g, per in zip(graded, earned_by):
-        writer.writerow([text_cell(g.name), f"{g.score:.2f}", f"{total:.2f}", text_cell(g.status), f"{g.seconds:.1f}",
+        writer.writerow([text_cell(g.name), points_text(g.score), points_text(total), text_cell(g.status), f"{g.seconds:.1f}",
                          text_cell(";".join(g.tampered)), text_cell(_error(g)),
-                         *[f"{per.get(fn, 0.0):.2f}" for fn in functions]])
+                         *[points_text(per.get(fn, 0.0)) for fn in functions]])
     replace_file(path, text.getvalue().encode())

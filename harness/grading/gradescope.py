@@ -31,6 +31,7 @@ import zipfile
 from pathlib import Path
 
 from harness.grading.sandbox import BASE_UID, UID_BLOCK, UID_BLOCKS, Protections, system_paths
+from harness.scoring import points_text
 from harness.store import HIDDEN, Term, pinned_term
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "gradescope"  # setup.sh, run_autograder
@@ -157,7 +158,7 @@ def run(autograder: Path, protections: Protections | None = None) -> dict:
                                      case_timeout=CASE_TIMEOUT, protections=protections, uid_block=block,
                                      disposable_host=True)  # this container grades one submission
                 data = results_json(graded, term)
-                print(f"harness gradescope: {graded.status}, {graded.score:.2f}\n{graded.output[-4000:]}")
+                print(f"harness gradescope: {graded.status}, {points_text(graded.score)}\n{graded.output[-4000:]}")
             finally:
                 shutil.rmtree(out, ignore_errors=True)
     except BadSetup as e:  # it will not grade here (what the worker could read, say): the reason is the staff's
