@@ -146,6 +146,9 @@ def test_the_first_run_on_the_stubs_fits_on_a_screen():
     assert sorted(re.findall(r"^  (\w+) +not implemented +0/\d+ +tests", out, re.M)) == sorted(rows), out
     assert "not implemented yet: " in out and "marked in the table below" in out, out
     assert "FAILED" not in out and out.count("Hidden cases (+P hidden above") == 1 and "Progress: term" in out, out
+    # every hidden case the total line counts is on a row
+    rows_say = sum(int(n) for n in re.findall(r"^  \w+ .* hidden \((\d+) cases?\)$", out, re.M))
+    assert f"+P hidden above: {rows_say} cases," in out, out
 
 
 def test_a_partial_run_shows_hidden_cases_and_the_total():

@@ -143,9 +143,12 @@ class Progress:
         for a function whose public tests all pass (never read as a deduction); "3.0/3.0 points" when
         no share is hidden (the hidden cases ran, or the function has none)."""
         public, whole = self.max_public_points(adapter), self.covered[adapter]["points"]
-        if not hidden_cases or whole - public < 0.005:
+        if not hidden_cases:
             return f"{self.points(adapter):4.1f}/{whole:.1f} points"
-        return f"{self.points(adapter):4.1f}/{public:.1f} public  +{whole - public:.1f} hidden ({hidden_cases} cases)"
+        # "+0.0 hidden (1 case)": only twins, whose points are their public case's (TA trial 9 added up the
+        # rows' cases to one fewer than the total line, which counts these too)
+        cases = f"{hidden_cases} case{'s' * (hidden_cases != 1)}"
+        return f"{self.points(adapter):4.1f}/{public:.1f} public  +{max(whole - public, 0):.1f} hidden ({cases})"
 
     def total_lines(self, hidden: dict, hidden_ran: bool = False) -> list[str]:
         """The total, and how hidden cases add to it (`hidden_ran`: --hidden, as the grader runs them)."""
