@@ -279,6 +279,21 @@ def test_the_example_notebook_runs_against_the_reference(monkeypatch):
                 if "Progress: term" in o.get("text", "")], "the text report was printed beside the HTML"
 
 
+def test_the_example_notebook_on_the_stubs_ends_in_a_line_that_says_what_to_write(monkeypatch):
+    """TA trial 9: the training cell on the stubs ended in a NotImplementedError's traceback."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    monkeypatch.delenv("HARNESS_ADAPTERS", raising=False)  # adapters.py: the stubs in student/
+    monkeypatch.setenv("PYTHONPATH", str(PROJECT))
+    notebook = nbformat.read(PROJECT / "notebooks" / "check_unit_2_1.ipynb", as_version=4)
+    nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": str(PROJECT / "notebooks")}}).execute()
+    errors = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs if o.output_type == "error"]
+    assert len(errors) == 1 and errors[0].ename == "NotWrittenYet", errors
+    assert errors[0].traceback == [f"NotWrittenYet: {errors[0].evalue}"], errors[0].traceback
+    assert "get_transformer_lm is not implemented yet" in errors[0].evalue and 'check("get_transformer_lm")' in errors[0].evalue
+
+
 def test_an_in_process_run_leaves_the_heap_unfrozen():
     """A `pytest` command freezes the heap as it exits (its last garbage collection is then
     quick); a run inside a living process (a notebook, this selftest) must not."""

@@ -146,7 +146,34 @@ def _stand_in(function: str, impl, target: str):
     return module
 
 
-def adapters():
+class NotWrittenYet(Exception):
+    """A cell called a function that is still a stub. A notebook shows this line in place of a traceback
+    (IPython prints what `_render_traceback_` returns): TA trial 9's stub notebook ended in one."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
+class CellAdapters:
+    """Your adapters for a cell's own code: each call checked against the contract, and a stub's
+    NotImplementedError said as what to write first."""
+
+    def __init__(self, adapters):
+        self._adapters = adapters
+
+    def __getattr__(self, name: str):
+        function = getattr(self._adapters, name)
+
+        def call(*args, **kwargs):
+            try:
+                return function(*args, **kwargs)
+            except NotImplementedError as e:
+                raise NotWrittenYet(f"{name} is not implemented yet ({e}). This cell needs it: write it, "
+                                    f"check(\"{name}\") runs its tests, then run the cell again.") from None
+        return call
+
+
+def adapters() -> CellAdapters:
     """Your adapters ($HARNESS_ADAPTERS, else the repository's adapters.py), re-imported as check() does
     and checked against the contract at every call: for a cell that uses your functions itself (the
     notebook's training cell)."""
@@ -157,7 +184,7 @@ def adapters():
     from harness.runtime import Adapters
     from harness.torch_imports import optimizers_without_dynamo
     optimizers_without_dynamo()  # the cell's AdamW need not import torch._dynamo (1.8 s)
-    return Adapters(os.environ.get("HARNESS_ADAPTERS") or "adapters")
+    return CellAdapters(Adapters(os.environ.get("HARNESS_ADAPTERS") or "adapters"))
 
 
 def check(function: str, impl=None, *, quiet: bool = False) -> CheckResult:
