@@ -225,6 +225,17 @@ def test_a_constant_factor_is_named_by_its_own_number(factor, said):
     assert text.endswith(said) and "sqrt(25)" not in text and "sqrt(4)" not in text, text
 
 
+@pytest.mark.parametrize("shape", [(), (1,), (3,)])
+def test_one_value_is_no_evidence_of_a_constant_factor(shape):
+    """A scalar loss is a multiple of any other: blind trial 10's cross-entropy of targets - 1 was told
+    'every value is 1.368 x the expected one: a missing or extra constant factor'."""
+    from harness.student_run.diagnose import heuristic
+    expected = torch.zeros(shape)
+    expected.view(-1)[:1] = 2.25
+    text = heuristic(expected * 1.368, expected, 1e-5, 1e-4) or ""
+    assert "constant factor" not in text, text
+
+
 def test_an_all_zero_output_is_said_and_crashes_nothing():
     """Clipping whose fp16 norm overflowed writes zeros: the report crashed dividing by the zero scale (blind trial)."""
     from harness.student_run.diagnose import heuristic
