@@ -64,6 +64,32 @@ def test_the_first_nonfinite_value_is_located_in_the_code_that_made_it():
     assert first_nonfinite(torch.softmax, torch.randn(3, 4), -1) is None
 
 
+def test_a_nan_made_in_place_or_carried_by_a_complex_tensor_is_found_where_it_was_made():
+    """Blind trial 10's AdamW made a NaN in an in-place update at lr = 0 (0/0), and the report blamed the
+    view_as_real of a later complex RoPE 'from finite operands': in-place results were never looked at,
+    and a complex operand never counted as holding one."""
+    from harness.student_run.probes import first_nonfinite
+
+    def step_in_place(p):
+        p.addcdiv_(torch.zeros_like(p), torch.zeros_like(p), value=-0.0)  # 0/0: the parameter's first NaN
+        return torch.view_as_real(torch.view_as_complex(p.reshape(-1, 2)) * 2)
+
+    def step_foreach(p):
+        torch._foreach_div_([p], [torch.zeros_like(p)])  # writes its list, returns nothing
+        return p * 2
+
+    def complex_nan(x):
+        z = torch.view_as_complex(x.reshape(-1, 2)) / torch.zeros(2, dtype=torch.complex64)
+        return torch.view_as_real(z)
+    said = first_nonfinite(step_in_place, torch.randn(4))
+    assert said.startswith("the first NaN is made by aten.addcdiv_ in `step_in_place`"), said
+    said = first_nonfinite(step_foreach, torch.randn(4))
+    assert said.startswith("the first inf is made by aten._foreach_div_ in `step_foreach`"), said
+    said = first_nonfinite(complex_nan, torch.randn(4))
+    assert said.startswith("the first NaN is made by aten.div in `complex_nan`") or \
+        said.startswith("the first inf is made by aten.div in `complex_nan`"), said
+
+
 def test_what_differs_locates_errors_along_each_axis():
     from harness.student_run.diagnose import what_differs
     e = torch.randn(3, 6, 8, generator=torch.Generator().manual_seed(0))

@@ -396,18 +396,22 @@ class _NonFiniteRecorder(_Mode):
         self.made = WeakIdKeyDictionary()   # bool tensor -> where its pattern was made
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
         if self.found is not None:
-            return out
-        made = [t for t in _tensors(out) if t.device.type != "meta"]
-        name = func.overloadpacket.__name__
-        if not made or "empty" in name:  # uninitialised memory
-            return out
-        floats = [t for t in made if t.is_floating_point()]
-        inputs = [t for t in _tensors((args, kwargs)) if t.is_floating_point() and t.device.type != "meta"]
+            return func(*args, **kwargs)
+        # The operands as they were before the op: an in-place op's operand is its result after it (blind
+        # trial 10's AdamW made its NaN in foreach ops that write their lists and return nothing), and a
+        # complex operand holds NaN too (it was "finite operands" of the view_as_real after it).
+        inputs = [t for t in _tensors((args, kwargs)) if _inexact(t) and t.device.type != "meta"]
         scalars = torch.tensor([a for a in tree_flatten((args, kwargs))[0] if isinstance(a, float)], dtype=torch.float64)
         nan_in = scalars.isnan().any() or any(t.isnan().any() for t in inputs)
         inf_in = scalars.isinf().any() or any(t.isinf().any() for t in inputs)
+        out = func(*args, **kwargs)
+        made = [t for t in _tensors(out) + _written(func, args, kwargs) if t.device.type != "meta"]
+        name = func.overloadpacket.__name__
+        if not made or "empty" in name:  # uninitialised memory
+            return out
+        floats = [t for t in made if _inexact(t)]
         if not nan_in and any(t.isnan().any() for t in floats):
             self.found = self._describe(func, args, kwargs, inputs, next(t for t in floats if t.isnan().any()),
                                         "NaN", inf_in)
@@ -415,7 +419,7 @@ class _NonFiniteRecorder(_Mode):
             self.found = self._describe(func, args, kwargs, inputs, next(t for t in floats if t.isinf().any()),
                                         "inf", False)
         else:
-            self._follow(func, args, kwargs, made, floats)
+            self._follow(func, args, kwargs, made, [t for t in floats if t.is_floating_point()])
         return out
 
     # ---------------------------------------------------------------- following -inf and masks
@@ -537,10 +541,23 @@ class _NonFiniteRecorder(_Mode):
 _SIGNS = {"add": "+", "sub": "-", "mul": "x", "div": "/", "rsub": "-"}
 
 
+def _inexact(t: torch.Tensor) -> bool:
+    return t.is_floating_point() or t.is_complex()
+
+
+def _written(func, args, kwargs) -> list[torch.Tensor]:
+    """The tensors an in-place op writes (`add_`'s self, `_foreach_addcdiv_`'s list)."""
+    if not func._schema.is_mutable:
+        return []
+    return [t for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write
+            for t in _tensors(args[i] if i < len(args) else kwargs.get(a.name))]
+
+
 def _operands_at(func, args, made: torch.Tensor, kind: str) -> str:
-    """For a binary arithmetic op, its two operands at the first NaN/inf: `; at [i, j]: -inf - -inf`."""
+    """For a binary arithmetic op, its two operands at the first NaN/inf: `; at [i, j]: -inf - -inf`
+    (not for an in-place one: its first operand is the result by now)."""
     sign = _SIGNS.get(func.overloadpacket.__name__)
-    if sign is None or len(args) < 2 or not all(isinstance(a, (torch.Tensor, float, int)) for a in args[:2]):
+    if sign is None or func._schema.is_mutable or len(args) < 2 or not all(isinstance(a, (torch.Tensor, float, int)) for a in args[:2]):
         return ""
     bad = made.isnan() if kind == "NaN" else made.isinf()
     index = tuple(bad.nonzero()[0].tolist()) if made.dim() else ()
