@@ -46,6 +46,9 @@ MAX_REPLY = 64 << 20
 # at most AFTER_A_HANG CPU seconds (the reference's slowest call takes 0.2 s).
 HUNG_AGAIN = 2
 AFTER_A_HANG = 10.0
+# The worker stops a call itself at this share of the limit, and says which line of the submission it was
+# running; the grader's own count, over every process of the submission, stops what that misses.
+ALARM = 0.8
 
 
 class StudentCodeError(Exception):
@@ -71,6 +74,7 @@ class Link:
         self.hung: collections.Counter = collections.Counter()  # function -> its calls that ran out of time
         self.made_by: dict[tuple[str, int], str] = {}  # ("module" or "graph", handle) -> the function that made it
         self.files = ""  # the digest of the submission's files when it did
+        self.cpu_limit = case_timeout  # the current call's
 
     def enter(self, phase: str) -> None:
         """Switch phase; a hidden-case worker starts only once every visible-test process is dead
@@ -94,7 +98,8 @@ class Link:
         if self.sock is None:
             self._start_worker()
         try:
-            reply = self._exchange(message, min(self.case_timeout, AFTER_A_HANG) if self.hung else self.case_timeout)
+            self.cpu_limit = min(self.case_timeout, AFTER_A_HANG) if self.hung else self.case_timeout
+            reply = self._exchange({**message, "alarm": ALARM * self.cpu_limit}, self.cpu_limit)
         except TimeoutError:
             if not self.timed_out:  # its own limit, not the submission's
                 self.hung[called] += 1
@@ -102,7 +107,11 @@ class Link:
         if not isinstance(reply, dict):
             raise StudentCodeError("the worker sent a malformed reply")
         if "error" in reply:
-            raise self._error(reply["error"])
+            error = self._error(reply["error"])
+            if isinstance(error, TimeoutError):  # the worker stopped it at its own alarm: a hang like any other
+                self.hung[called] += 1
+                self._drop_worker()
+            raise error
         for kind in ("module", "graph"):
             if type(reply.get(kind)) is int:
                 self.made_by[kind, reply[kind]] = called
@@ -246,7 +255,14 @@ class Link:
             return DeviceMismatch(message)
         if kind == "UnsendableResult":  # a return value, not a raise: it must not pass a must-raise case
             return ContractViolation(f"{UNCHECKED}{message}")
+        if kind == "CallTimedOut":  # the message is where the code was: a file and line of its own, at most
+            where = "" if hidden else f" It was running {message[:300]} when stopped." if message else ""
+            return TimeoutError(f"the call did not finish within {self.cpu_limit:g} s of CPU time.{where} "
+                                "Look for an infinite loop, or work that grows far faster than the input. The next "
+                                "test runs in a fresh worker.")
         if hidden:
+            return StudentCodeError(message)
+        if kind == "StudentImportError":  # said as the student's own run says it, at the file and line
             return StudentCodeError(message)
         where = f"\n{str(error['traceback']).rstrip()}" if error.get("traceback") else ""
         return StudentCodeError(f"{kind}: {message}{where}")

@@ -19,9 +19,11 @@ Only harness.paths, harness.torch_imports, harness.grading.wire and harness.stud
 importable here; they are copied into the sandbox on their own, without the rest of the harness.
 """
 
+import contextlib
 import ctypes
 import fcntl
 import gc
+import linecache
 import os
 import platform
 import resource
@@ -272,6 +274,10 @@ def _remove(path: str) -> None:
 
 # ---------------------------------------------------------------- worker
 
+class AdaptersImportFailed(ImportError):
+    """adapters.py itself does not import: the submission's status (import-error), said once, as it is."""
+
+
 class Captured(Exception):
     """The first half of a split checkpoint drill ends here, the checkpoint's bytes in hand."""
 
@@ -403,7 +409,7 @@ class Worker:
     def _adapters(self):
         if self.adapters is None:
             if self.import_error:
-                raise ImportError(self.import_error)
+                raise AdaptersImportFailed(self.import_error)
             sys.path.insert(0, SUBMISSION)
             from harness.torch_imports import optimizers_without_dynamo
             optimizers_without_dynamo()  # an AdamW built by a drill costs milliseconds, not a 1.8 s import
@@ -412,7 +418,7 @@ class Worker:
                 import adapters
             except BaseException as e:  # a SyntaxError or a crash at import: every call reports it
                 self.import_error = f"importing adapters.py raised {type(e).__name__}{_where(e)}: {e}"
-                raise ImportError(self.import_error) from None
+                raise AdaptersImportFailed(self.import_error) from None
             self.adapters = adapters
         return self.adapters
 
@@ -440,6 +446,42 @@ class _Standing:
         return type("Module", (), {"__getattr__": lambda _, name: own[name] if name in own else getattr(real, name)})()
 
 
+class CallTimedOut(BaseException):
+    """The call used the CPU seconds the grader gave it (a BaseException: `except Exception` in the
+    submission does not swallow it). Its message is where the submission's code was."""
+
+
+@contextlib.contextmanager
+def stopped_after(cpu_seconds: float | None):
+    """Stop a call that spends `cpu_seconds` of this process's CPU, saying which line of the submission it
+    was running (TA trial 10: a grader's timeout named no line where the student's own run did). The
+    grader's own limit, over every process of the submission, stays the backstop."""
+    if not cpu_seconds or cpu_seconds <= 0:
+        yield
+        return
+
+    def stop(signum, frame):
+        raise CallTimedOut(_running(frame))
+    previous = signal.signal(signal.SIGPROF, stop)
+    signal.setitimer(signal.ITIMER_PROF, cpu_seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
+
+
+def _running(frame) -> str:
+    """`student/x.py:3 (`line`)`: the innermost frame of the submission's own code, or ""."""
+    while frame is not None and not frame.f_code.co_filename.startswith(SUBMISSION + "/"):
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    path, line = frame.f_code.co_filename, frame.f_lineno
+    text = linecache.getline(path, line).strip()
+    return f"{path[len(SUBMISSION) + 1:]}:{line}" + (f" (`{text[:120]}`)" if text else "")
+
+
 def serve(sock: socket.socket) -> None:
     worker = Worker()
     while True:
@@ -448,8 +490,10 @@ def serve(sock: socket.socket) -> None:
         except wire.WireError:
             return
         op = request.pop("op")
+        alarm = request.pop("alarm", None)
         try:
-            reply = getattr(worker, op)(**request)
+            with stopped_after(alarm if isinstance(alarm, (int, float)) else None):
+                reply = getattr(worker, op)(**request)
         except BaseException as e:  # noqa: BLE001 - every failure of student code is reported
             reply = {"error": _describe(e)}
         try:
@@ -460,6 +504,12 @@ def serve(sock: socket.socket) -> None:
 
 def _allocation(a) -> dict | None:
     return None if a is None else {"op": a.op, "shape": a.shape, "dtype": str(a.dtype).removeprefix("torch.")}
+
+
+def _from_import(e: BaseException) -> bool:
+    """Raised by the import system: a SyntaxError or a failing module of the submission (runtime._raised_by_import)."""
+    return isinstance(e, (ImportError, SyntaxError)) or any(
+        f.filename.startswith("<frozen importlib") for f in traceback.extract_tb(e.__traceback__))
 
 
 def _where(e: BaseException) -> str:
@@ -475,7 +525,13 @@ def _where(e: BaseException) -> str:
 
 
 def _describe(e: BaseException) -> dict:
-    """The exception as data, with only the submission's own frames in its traceback."""
+    """The exception as data, with only the submission's own frames in its traceback. A module of the
+    submission that does not import is said as the student's own run says it, at its file and line (TA
+    trial 10 read a SyntaxError with a traceback through adapters.py's __getattr__)."""
+    if not isinstance(e, (CallTimedOut, AdaptersImportFailed)) and _from_import(e):
+        return {"type": "StudentImportError", "traceback": "",
+                "message": f"cannot run: its code does not import{_where(e)}: {type(e).__name__}: {str(e)[:2000]}. "
+                           "Only the functions whose code is in that file are stopped; fix it and they run again"}
     frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename.startswith(SUBMISSION)]
     return {"type": type(e).__name__, "message": str(e)[:4000],
             "traceback": "".join(traceback.format_list(frames[-8:]))[:4000]}
