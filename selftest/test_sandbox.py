@@ -116,6 +116,32 @@ class _Idle:
         return True
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc")
+def test_a_process_whose_leader_thread_exited_alone_is_found_alive_and_killed():
+    """Red team 10, without bubblewrap or cgroups: a worker's grandchild ended its main thread alone (the
+    thread-only exit syscall), read as a zombie in /proc/PID/stat, outlived grading and killed the next
+    submission's workers (the reference scored 117.89)."""
+    import time
+    from harness.grading.sandbox import kill_until_none, uid_processes
+    code = ("import ctypes, threading, time\n"
+            "threading.Thread(target=time.sleep, args=(60,)).start()\n"
+            "ctypes.CDLL(None).syscall(60, 0)\n")  # SYS_exit (x86-64): this thread only
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        for _ in range(200):
+            with open(f"/proc/{proc.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.02)
+        else:
+            pytest.fail("the leader thread did not exit")
+        assert proc.pid in uid_processes({os.getuid()})
+        assert kill_until_none(lambda: [p for p in uid_processes({os.getuid()}) if p == proc.pid], 10)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_call_stopped_by_the_wall_clock_says_so(monkeypatch):
     monkeypatch.setattr(remote, "WALL_GRACE", 0.3)
     link = remote.Link(_Idle(), case_timeout=0.5)
