@@ -164,6 +164,10 @@ def bad_archives(subs: Path) -> None:
     linked = reference_as_student(subs / "symlinked_adapters")
     (linked / "adapters.py").unlink()
     (linked / "adapters.py").symlink_to(PROJECT / "reference" / "adapters.py")
+    # red team 10: a folder holding only a link to someone else's scored their 123 (a clone or unzip keeps links)
+    elsewhere = reference_as_student(subs.parent / "not_submitted")
+    (subs / "symlinked_folder").mkdir()
+    (subs / "symlinked_folder" / "repo").symlink_to(elsewhere)
 
 
 def survivors(block: int | None = None) -> list[str]:

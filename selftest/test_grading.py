@@ -229,6 +229,9 @@ def test_a_file_that_does_not_import_costs_only_the_functions_that_use_it(graded
     tests = _results_json(graded, "syntax_error")["tests"]
     silu = [t for t in tests if t["visibility"] == "visible" and t["name"].startswith("run_silu:")]
     assert silu and all("SyntaxError" in t["output"] for t in silu)
+    # as the student's own run says it: the file and line, no traceback through the adapters (TA trial 10)
+    assert all("cannot run: its code does not import at student/attention.py:" in t["output"]
+               and "__getattr__" not in t["output"] for t in silu), silu[0]["output"]
 
 
 def test_edited_official_files_are_reported_and_ignored(graded):
@@ -524,7 +527,8 @@ def test_hidden_inputs_and_the_environment_never_reach_visible_output(graded):
     assert published and not [m for m in published if "seen so far" in m], "a hidden case showed the code's message"
 
 
-@pytest.mark.parametrize("name", ["traversal", "absolute", "symlink", "bomb", "crowded", "symlinked_adapters"])
+@pytest.mark.parametrize("name", ["traversal", "absolute", "symlink", "bomb", "crowded", "symlinked_adapters",
+                                  "symlinked_folder"])
 def test_a_bad_archive_gets_a_status_and_the_batch_goes_on(graded, name):
     result = graded["results"][name]
     assert result.status == "bad-submission" and result.score == 0
@@ -1028,6 +1032,9 @@ def test_one_function_that_never_returns_costs_its_own_points_and_its_callers(tm
     silu = [t for t in graded.tests if t.adapter == "run_silu" and t.points]
     assert silu and all(t.outcome == "failed" for t in silu)
     assert any("is not called again in this submission" in t.message for t in silu), [t.message for t in silu]
+    # where it was stuck, as the student's own run says it (TA trial 10: the grader named no line)
+    stuck = [t.message for t in silu if "did not finish within 2 s of CPU time" in t.message]
+    assert stuck and all("It was running student/attention.py:" in m for m in stuck), [t.message for t in silu]
     # a module's forward is charged to the function that built it (TA trial 9: get_transformer_lm's model
     # ran out of time on 5 tests, its forward charged to no function)
     built = [t for t in graded.tests if t.adapter == "get_transformer_lm"]

@@ -465,6 +465,8 @@ def _unpack(submission: Path, into: Path) -> Path:
         raise BadSubmission(f"{submission.name} is neither a folder nor a zip archive")
     if not (root / "adapters.py").exists() and not (root / "adapters.py").is_symlink():
         nested = [p.parent for p in root.glob("*/adapters.py")]
+        if len(nested) == 1 and nested[0].is_symlink():  # red team 10: a link to another's folder scored its marks
+            raise BadSubmission(f"{nested[0].name} is a symbolic link; submit the folder itself")
         root = nested[0] if len(nested) == 1 else root
     adapters = root / "adapters.py"
     if adapters.is_symlink():
