@@ -289,7 +289,8 @@ def report_cmd(root: Path, args) -> int:
     from harness.grading.report import write_report
     if not (args.graded / "grades.csv").is_file():
         raise ValueError(f"{args.graded} has no grades.csv: give the --out folder of `harness grade`")
-    print(f"wrote {write_report(args.graded, root, args.anonymise)} (staff only) and mistakes.csv")
+    path = write_report(args.graded, root, args.anonymise)
+    print(f"wrote {path} (staff only) and {path.with_name(path.stem.replace('report', 'mistakes') + '.csv').name}")
     return 0
 
 

@@ -61,6 +61,10 @@ def test_release_runs_every_function_as_not_implemented(edition):
     assert example in result.stdout, example
     for name in ("run_embedding", "run_transformer_lm", "get_transformer_lm"):
         assert f"  {name}" in result.stdout and "not implemented" in result.stdout
+    assert "holds no hidden cases" not in result.stdout
+    # TA trial 10: --hidden in the student edition ran the public tests and said nothing
+    asked = run([sys.executable, "-m", "pytest", "-q", "--hidden", "--function", "run_silu"], edition)
+    assert f"note: --hidden: this copy of term {TERM} holds no hidden cases" in asked.stdout, asked.stdout[-2000:]
 
 
 def test_release_passes_with_the_reference_copied_into_student(edition, tmp_path):

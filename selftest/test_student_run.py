@@ -238,6 +238,14 @@ def test_check_takes_a_function_from_a_cell_and_returns_results(monkeypatch):
     assert probe and all("(report-only: the verdict rests on what your code reports" in m for m in probe), probe
 
 
+def test_check_says_when_a_cells_function_takes_other_arguments():
+    """TA trial 10: a two-parameter function gave 14 tracebacks of 'takes 2 positional arguments but 4 were given'."""
+    with pytest.raises(TypeError, match=r"the tests call it as run_embedding\(vocab_size, d_model, weights, token_ids\)"):
+        check("run_embedding", lambda weights, token_ids: weights[token_ids], quiet=True)
+    from reference.adapters import run_embedding
+    assert check("run_embedding", lambda *args, **kwargs: run_embedding(*args, **kwargs), quiet=True).ok
+
+
 def test_check_tests_the_files_as_they_are_now(tmp_path, monkeypatch, forget_other_repositories):
     repo = reference_as_student(tmp_path / "repo")
     shutil.copy(PROJECT / "pyproject.toml", repo)

@@ -354,7 +354,9 @@ def pseudonyms(graded: Path, names: list[str]) -> dict[str, str]:
 
 def write_report(graded: Path, project: Path | None = None, anonymise: bool = False) -> Path:
     """report.html and mistakes.csv in `graded`; `project`'s adapters.py and student/ are the
-    starter code, whose copies are not flagged as identical."""
+    starter code, whose copies are not flagged as identical. `anonymise`: report-anonymised.html and
+    mistakes-anonymised.csv beside them (TA trial 10: the pseudonyms overwrote the named report)."""
+    suffix = "-anonymised" if anonymise else ""
     subs, max_score = load(graded)
     if anonymise:
         alias = pseudonyms(graded, [s.name for s in subs])
@@ -362,13 +364,13 @@ def write_report(graded: Path, project: Path | None = None, anonymise: bool = Fa
             s.name = alias[s.name]
     starter = code_hash(project) if project is not None and (project / "adapters.py").is_file() else ""
     a = analyse(subs, max_score, known_mistakes(), starter)
-    with (graded / "mistakes.csv").open("w", newline="") as f:
+    with (graded / f"mistakes{suffix}.csv").open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["mistake", "variant", "title", "function", "count", "submissions"])
         for (n, fn), names in a.named.items():
             writer.writerow([n, *map(text_cell, (a.mistakes[n].variant, a.mistakes[n].title, fn)), len(names),
                              text_cell(";".join(names))])
-    path = graded / "report.html"
+    path = graded / f"report{suffix}.html"
     path.write_text(render(a, graded.name))
     return path
 

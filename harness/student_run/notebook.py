@@ -138,12 +138,32 @@ def _stand_in(function: str, impl, target: str):
         impl = getattr(impl, function)
     if not callable(impl):
         raise TypeError(f"check({function!r}, ...) needs a function or a module, not {type(impl).__name__}")
+    _takes_the_contracts_arguments(function, impl)
     from harness.runtime import load_module
     base = load_module(target)
     module = types.ModuleType(STAND_IN)
     module.__dict__.update({k: v for k, v in vars(base).items() if not k.startswith("__")})
     setattr(module, function, impl)
     return module
+
+
+def _takes_the_contracts_arguments(function: str, impl) -> None:
+    """A cell's function is called as the adapter is: TA trial 10's two-parameter function gave 14
+    tracebacks of '<lambda>() takes 2 positional arguments but 4 were given'."""
+    import inspect
+    declared = list(ADAPTERS[function].signature.parameters)
+    try:
+        inspect.signature(impl).bind(*declared)
+    except TypeError:
+        pass
+    except ValueError:  # a builtin without a signature: let the call say
+        return
+    else:
+        return
+    name = getattr(impl, "__name__", "your function")
+    raise TypeError(f"{name}{inspect.signature(impl)} cannot stand in for {function}: the tests call it as "
+                    f"{function}({', '.join(declared)}). Give it those parameters, in that order (see the "
+                    f"docstring of {function} in adapters.py)")
 
 
 class NotWrittenYet(Exception):

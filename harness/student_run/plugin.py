@@ -100,7 +100,8 @@ def pytest_configure(config):
              "explicit": bool(config.getoption("--adapters") or os.environ.get("HARNESS_ADAPTERS")),
              "functions": _functions(config, term), **_scope(config, project)}
     config.stash[STATE] = state
-    progress = Progress(term, target, pinned, complete=state["filters"] is not None)
+    progress = Progress(term, target, pinned, complete=state["filters"] is not None,
+                        hidden_asked=config.getoption("--hidden"))
     config.stash[PROGRESS] = progress
     config.pluginmanager.register(progress, "harness-progress")
     state["threads"] = _one_thread()

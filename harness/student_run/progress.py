@@ -21,8 +21,9 @@ from harness.scoring import Result, scores
 class Progress:
     """A pytest plugin object: counts each function's reports, then renders the table."""
 
-    def __init__(self, term, target: str, pinned: str, complete: bool = True):
+    def __init__(self, term, target: str, pinned: str, complete: bool = True, hidden_asked: bool = False):
         self.term = term
+        self.hidden_asked = hidden_asked  # --hidden, which a student's copy cannot honour
         self.covered = term.functions  # function -> its points on this term, and test counts
         self.target = target
         self.pinned = pinned
@@ -109,6 +110,9 @@ class Progress:
         lines = [f"Progress: term {self.term.name}{about}"]
         if self.term.name != self.pinned:
             lines.append(f"  note: this release pins term {self.pinned}; you ran {self.term.name}.")
+        if self.hidden_asked and not self.term.hidden_loaded:  # TA trial 10: the student edition said nothing
+            lines.append(f"  note: --hidden: this copy of term {self.term.name} holds no hidden cases (the course "
+                         "staff keep them for grading); only the public tests ran.")
         if later := [n for n, a in ADAPTERS.items() if n not in self.covered and not a.entry_point]:
             lines.append(f"  note: term {self.term.name} does not cover {', '.join(later)} (built before "
                          "the contract had it): not run, and not in its points.")
