@@ -142,6 +142,33 @@ def test_a_process_whose_leader_thread_exited_alone_is_found_alive_and_killed():
         proc.wait()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="worker uids need root")
+def test_without_bubblewrap_a_process_of_the_worker_uid_beside_the_zygote_is_seen(tmp_path):
+    """Red team 10: without bubblewrap the zygote's kill reached its descendants only, and a daemon (a double
+    fork and setsid) of a visible-test worker ran on into the hidden cases. Any process of the worker uid
+    but the zygote now counts: the hidden cases get a fresh sandbox."""
+    from harness.grading.grade import _claim_uid_block
+    from harness.grading.sandbox import BASE_UID, Protections, Sandbox, remove_tree
+    lock, slot = _claim_uid_block()
+    sandbox = Sandbox(tmp_path, Protections(bwrap=None, uid_drop=True), slot, 1024, 60)
+    as_worker = lambda: os.setresuid(BASE_UID + slot, BASE_UID + slot, BASE_UID + slot)  # noqa: E731
+    zygote = subprocess.Popen(["sleep", "60"], preexec_fn=as_worker)
+    daemon = subprocess.Popen(["sleep", "60"], preexec_fn=as_worker)
+    try:
+        sandbox.process = zygote
+        assert sandbox.uid == BASE_UID + slot and sandbox._others_alive()
+        daemon.kill()
+        daemon.wait()
+        assert not sandbox._others_alive()
+    finally:
+        sandbox.process = None
+        for p in (zygote, daemon):
+            p.kill()
+            p.wait()
+        remove_tree(sandbox.root)
+        lock.close()
+
+
 def test_a_call_stopped_by_the_wall_clock_says_so(monkeypatch):
     monkeypatch.setattr(remote, "WALL_GRACE", 0.3)
     link = remote.Link(_Idle(), case_timeout=0.5)
