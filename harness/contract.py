@@ -107,6 +107,8 @@ class Adapter:
     check: str = "output"   # "train": its cases are judged by what it trains (harness/student_run/checks.py)
     no_device_probe: str = ""  # why it has no meta-device probe of its own (see `adapter`)
     names_own_pieces_only: bool = False  # its reports name mistakes of the pieces its glue calls (see `adapter`)
+    raises: str = ""  # the exception its must-raise cases ask for, where its docstring names one (see `adapter`)
+    host_flags: tuple[str, ...] = ()  # inputs its glue reads as Python values: the meta probe keeps them (see `adapter`)
 
     @property
     def signature(self) -> inspect.Signature:
@@ -151,7 +153,8 @@ ADAPTERS: dict[str, Adapter] = {}
 
 def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAULT_TOLERANCE, stub: str = "",
             example: dict | None = None, drills: tuple[str, ...] = (), gradients: bool = True,
-            check: str = "output", no_device_probe: str = "", names_own_pieces_only: bool = False):
+            check: str = "output", no_device_probe: str = "", names_own_pieces_only: bool = False, raises: str = "",
+            host_flags: tuple[str, ...] = ()):
     """Declare one adapter: its unit, the student/ module and `glue` body the rendered
     adapters use, its points, its output tolerance and its student stub; for a module builder,
     the arguments the suite builds it with (`example`).
@@ -170,7 +173,11 @@ def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAU
     `names_own_pieces_only`: the term stores fingerprints of the known mistakes in the pieces its glue calls, not
     of those deeper in them (attention's, RoPE's): for a function whose every call trains a model, each
     fingerprint is a training run at build time, and a deeper mistake fails its own function first, into
-    which the report folds this one ("fix run_softmax first")."""
+    which the report folds this one ("fix run_softmax first"). `raises`: the exception class its docstring
+    names for invalid input (a subclass passes); where it names none, any exception does. `host_flags`: inputs
+    the glue branches on (AdamW's has_grad: whether a parameter gets a .grad at a step), which the meta-device
+    probe leaves on the CPU: a meta tensor cannot answer them, and the probe stopped there, before the code
+    under test ran (blind trial 10's AdamW state made on the CPU passed)."""
     if unit not in {u.key for u in UNITS}:  # else the function silently vanishes from the progress table
         raise ValueError(f"unknown unit {unit!r}; the units are {', '.join(repr(u.key) for u in UNITS)} "
                          "(add a Unit to UNITS in harness/contract.py for a new one)")
@@ -180,7 +187,8 @@ def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAU
     def register(spec):
         ADAPTERS[spec.__name__] = Adapter(spec.__name__, unit, spec, textwrap.dedent(glue).strip(), module,
                                           points, tolerance, textwrap.dedent(stub).strip(), example, tuple(drills),
-                                          gradients, check, no_device_probe, names_own_pieces_only)
+                                          gradients, check, no_device_probe, names_own_pieces_only, raises,
+                                          tuple(host_flags))
         order = [u.key for u in UNITS]
         ranked = sorted(ADAPTERS.values(), key=lambda a: order.index(a.unit))  # stable: declaration order within
         ADAPTERS.clear()
@@ -953,7 +961,7 @@ def run_layernorm(
 
 
 @adapter("gpt2", "gpt2", "return impl.gpt2.gelu(in_features, approximate=approximate)",
-         points=2, tolerance=(1e-6, 1e-5),
+         points=2, tolerance=(1e-6, 1e-5), raises="ValueError",
          stub='def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:')
 def run_gelu(
     in_features: Float[Tensor, "..."],
@@ -1735,7 +1743,7 @@ def get_adamw_cls() -> type[torch.optim.Optimizer]:
         optimizer.step()
         trajectory.append(torch.cat([weights[k].detach().flatten() for k in names]))
     return torch.stack(trajectory)
-""", points=4, gradients=False)
+""", points=4, gradients=False, host_flags=("has_grad",))
 def run_adamw_steps(
     params: dict[str, Tensor],
     grads: dict[str, Tensor],
@@ -1780,7 +1788,7 @@ def run_adamw_steps(
         optimizer.step()
         trajectory.append(torch.cat([weights[k].detach().flatten() for k in names]))
     return torch.stack(trajectory)
-""", points=2, gradients=False)
+""", points=2, gradients=False, host_flags=("has_grad",))
 def run_adamw_resumed(
     params: dict[str, Tensor],
     grads: dict[str, Tensor],

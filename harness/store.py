@@ -35,11 +35,13 @@ class FixtureError(Exception):
 REWORDED = {
     # stored: "sin and cos swapped: even dimensions hold sin, odd dimensions cos", the correct layout
     "swapped_sin_cos": "sin and cos swapped: your even dimensions hold cos and your odd ones sin; even dimensions hold sin, odd ones cos",
-    # stored: only the rebinding; blind trial 5's generator, gone through twice, leaves them the same way
+    # stored: only the rebinding; blind trial 5's generator, gone through twice, and blind trial 10's norm of
+    # the parameters leave them the same way
     "clip_not_applied": ("gradients left as they were: the clip factor never reached .grad. Either `g = g * scale` "
                          "made a new tensor and rebound a name (scale each gradient in place: p.grad.mul_(scale)), or "
                          "`parameters` is a generator your code went through twice: the first pass, for the norm, used "
-                         "it up, and the second found nothing to scale (make it a list first)"),
+                         "it up, and the second found nothing to scale (make it a list first), or the norm was not the "
+                         "gradients' own (the parameters', p instead of p.grad)"),
 }
 
 @dataclass

@@ -1648,6 +1648,12 @@ register("rope_rotation_matrices", "RoPE as a table of 2x2 rotation matrices", c
 
 
 # ---- GPT-2 side with torch's own pieces: F.layer_norm, F.gelu, nn.Linear, SDPA with enable_gqa
+def _f_gelu(x, approximate="none"):
+    if approximate not in ("none", "tanh"):  # F.gelu's own error for it is a RuntimeError; the docstring asks ValueError
+        raise ValueError(f"approximate must be 'none' or 'tanh', not {approximate!r}")
+    return F.gelu(x, approximate=approximate)
+
+
 
 class _TorchLayerNorm(gpt2.LayerNorm):
     def forward(self, x):
@@ -1687,7 +1693,7 @@ def _expand_reshape(t, group):
 
 register("torch_gpt2_pieces", "F.layer_norm, nn.Linear + F.gelu MLP, SDPA(enable_gqa=True)", correct=True,
          gpt2__LayerNorm=_TorchLayerNorm, gpt2__GPT2MLP=_NNLinearMLP, gpt2__GroupedQueryAttention=_SdpaGQA,
-         gpt2__gelu=lambda x, approximate="none": F.gelu(x, approximate=approximate))
+         gpt2__gelu=_f_gelu)
 class _TorchLayerNorm16(gpt2.LayerNorm):
     def forward(self, x):  # no upcast of its own: on 16-bit tensors torch computes in float32 and rounds once
         w, b = (p.to(x.dtype) if p.dtype.itemsize < x.dtype.itemsize else p for p in (self.weight, self.bias))
@@ -1696,7 +1702,7 @@ class _TorchLayerNorm16(gpt2.LayerNorm):
 
 register("torch_ops_on_16_bit_inputs", "F.layer_norm, F.gelu, torch.softmax and F.silu called on 16-bit tensors as they are",
          correct=True, gpt2__LayerNorm=_TorchLayerNorm16, attention__softmax=lambda x, dim: torch.softmax(x, dim=dim),
-         attention__silu=F.silu, gpt2__gelu=lambda x, approximate="none": F.gelu(x, approximate=approximate))
+         attention__silu=F.silu, gpt2__gelu=_f_gelu)
 register("gqa_expand_reshape", "kv heads expanded by a broadcast view and reshape", correct=True,
          gpt2__expand_kv=_expand_reshape)
 
@@ -1992,6 +1998,8 @@ class _AdamW(optimizer.AdamW):
     v_of_abs = False        # v accumulates |g|, not g * g
     t_offset = 0            # bias corrections 1 - beta^(t + offset): 1 counts the steps from 2
     m_weights_swapped = False  # m = (1 - beta1) m + beta1 g: m.lerp_(g, beta1)
+    eps_times_lr = False    # eps * lr added to the root: 0/0 where v is 0 at lr = 0 (warmup's first step)
+    state_on_cpu = False    # m and v made by torch.zeros(p.shape): on the CPU, whatever p's device
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -2001,6 +2009,7 @@ class _AdamW(optimizer.AdamW):
             lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
             lr = self.defaults["lr"] if self.cached_lr else lr
             eps = eps if self.fixed_eps is None else self.fixed_eps
+            eps = eps * lr if self.eps_times_lr else eps
             beta1, beta2 = (beta2, beta1) if self.swap_betas else (beta1, beta2)
             if self.decay_without_grad:
                 for p in group["params"]:
@@ -2016,7 +2025,8 @@ class _AdamW(optimizer.AdamW):
                 g = p.grad if p.grad is not None else torch.zeros_like(p)
                 state = self.state[p]
                 if not state:
-                    state.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+                    made = (lambda: torch.zeros(p.shape, dtype=p.dtype)) if self.state_on_cpu else (lambda: torch.zeros_like(p))
+                    state.update(step=0, exp_avg=made(), exp_avg_sq=made())
                 state["step"] += 1
                 t = self.calls if self.shared_step else state["step"]
                 m, v = state["exp_avg"], state["exp_avg_sq"]
@@ -2066,13 +2076,13 @@ class _AdamW(optimizer.AdamW):
         torch._foreach_addcdiv_(params, ms, denominators, [-lr / (1 - beta1 ** t) for t in steps])
 
 
-def _schedule(*, warmup_shift=0, cycle_from_zero=False, torch_cos=False, no_min=False):
+def _schedule(*, warmup_shift=0, cycle_from_zero=False, torch_cos=False, no_min=False, span_extra=0):
     def schedule(it, max_learning_rate, min_learning_rate, warmup_iters, cosine_cycle_iters):
         if it < warmup_iters:
             return (it + warmup_shift) / warmup_iters * max_learning_rate
         if it > cosine_cycle_iters:
             return min_learning_rate
-        span = cosine_cycle_iters if cycle_from_zero else cosine_cycle_iters - warmup_iters
+        span = (cosine_cycle_iters if cycle_from_zero else cosine_cycle_iters - warmup_iters) + span_extra
         progress = (it - warmup_iters) / span
         cos = torch.cos(torch.tensor(math.pi * progress)) if torch_cos else math.cos(math.pi * progress)
         if no_min:  # the cosine from max to 0
@@ -2204,7 +2214,8 @@ register("clip_not_applied", "gradient clipping that computes the factor but nev
          hint=("gradients left as they were: the clip factor never reached .grad. Either `g = g * scale` made a new "
                "tensor and rebound a name (scale each gradient in place: p.grad.mul_(scale)), or `parameters` is a "
                "generator your code went through twice: the first pass, for the norm, used it up, and the second "
-               "found nothing to scale (make it a list first)"),
+               "found nothing to scale (make it a list first), or the norm was not the gradients' own (the "
+               "parameters', p instead of p.grad)"),
          named_by="left unchanged", training__gradient_clipping=_clip_rebinding)
 register("cross_entropy_over_dim_1", "cross-entropy's log-sum-exp over dim=1, right only for [batch, vocab] logits",
          named_by="ran over a leading axis instead of the vocabulary", training__cross_entropy=_ce_over_dim_1)
@@ -2239,8 +2250,9 @@ register("clip_norm_not_square_rooted", "gradient clipping by the sum of squares
                "the norm is its square root"),
          named_by="without its square root", training__gradient_clipping=_clip_squared_norm)
 register("adamw_v_of_abs_grad", "AdamW whose second moment accumulates |g| instead of g squared",
-         hint="the second moment v accumulating |g|; it is the running mean of the squared gradient, "
-              "v = beta2 v + (1 - beta2) g * g",
+         hint="the second moment v holding values of the size of |g|: v accumulating |g|, or v overwritten by its own "
+              "square root (v.sqrt_() in place); it is the running mean of the squared gradient, "
+              "v = beta2 v + (1 - beta2) g * g, and only a copy's root is taken: v.sqrt()",
          named_by="accumulating |g|", optimizer__AdamW=_set(_AdamW, v_of_abs=True))
 register("cross_entropy_mean_of_all_log_probs", "cross-entropy as the mean of every log-probability, not the targets'",
          hint=("the mean of every log-probability over the vocabulary, not of the targets' alone: the loss picks "
@@ -2277,3 +2289,41 @@ register("adamw_betas_swapped", "AdamW with beta1 and beta2 swapped",
          hint="beta1 and beta2 swapped: m (the gradient's mean) decays by betas[0] = beta1 (0.9), v (its square's) "
               "by betas[1] = beta2 (0.999)",
          optimizer__AdamW=_set(_AdamW, swap_betas=True))
+
+
+# ---- blind trial 10: each was told another mistake's cause, or proves a check no variant reached
+def _batch_unseeded(dataset, batch_size, context_length, device):
+    """Starts from a fresh numpy generator, seeded by the clock: no two runs draw the same batches."""
+    starts = np.random.default_rng().integers(0, len(dataset) - context_length, batch_size)
+    x, y = _windows(dataset, starts, context_length)
+    return torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+
+
+def _ce_keepdim_one_side(inputs, targets):
+    """logsumexp(keepdim=True) minus the picked logits without it: [..., 1] meets [...] (blind trial 10)."""
+    x = _upcast(inputs)
+    lse = torch.logsumexp(x, dim=-1, keepdim=True)
+    return (lse - x.gather(-1, targets.unsqueeze(-1)).squeeze(-1)).mean().to(inputs.dtype)
+
+
+register("cross_entropy_keepdim_one_side", "cross-entropy's log-sum-exp kept its axis, the picked logit did not",
+         named_by="kept the reduced axis", training__cross_entropy=_ce_keepdim_one_side)
+register("clip_by_largest_norm", "gradient clipping by the largest gradient's norm, not the joint norm",
+         hint=("clipping by the largest single gradient's norm (the max over parameters): the norm is one L2 norm "
+               "over all gradients together, the root of the sum of every gradient's squared norm"),
+         training__gradient_clipping=_clip_by(lambda grads: max(g.double().norm() for g in grads)))
+register("schedule_cosine_span_plus_one", "the cosine's progress over cosine_cycle_iters - warmup_iters + 1",
+         hint=("the cosine's progress divided by cosine_cycle_iters - warmup_iters + 1: it is (it - warmup_iters) / "
+               "(cosine_cycle_iters - warmup_iters), which reaches 1, the minimum, at it = cosine_cycle_iters"),
+         optimizer__lr_cosine_schedule=_schedule(span_extra=1))
+register("batch_unseeded_generator", "get_batch draws its starts from a fresh, unseeded numpy generator",
+         named_by="nothing from the clock or an unseeded source", training__get_batch=_batch_unseeded)
+register("adamw_eps_times_lr", "AdamW with eps multiplied by the learning rate",
+         hint=("eps multiplied by lr: eps is added to sqrt(v_hat) as it is, m_hat / (sqrt(v_hat) + eps); at lr = 0 "
+               "(warmup's first step) a parameter whose v is 0 gets 0/0, NaN"),
+         optimizer__AdamW=_set(_AdamW, eps_times_lr=True))
+register("gelu_f_gelu_unchecked", "F.gelu called with any approximate: its RuntimeError, not ValueError",
+         named_by="where its docstring asks for ValueError",
+         gpt2__gelu=lambda x, approximate="none": F.gelu(x, approximate=approximate))
+register("adamw_state_made_on_cpu", "AdamW's m and v made by torch.zeros(p.shape), on the CPU",
+         named_by="made by torch.zeros", optimizer__AdamW=_set(_AdamW, state_on_cpu=True))

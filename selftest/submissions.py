@@ -29,12 +29,15 @@ EDITED = {
                         "even, odd = wide[..., : x.shape[-1] // 2], wide[..., x.shape[-1] // 2:]"),
     "no_scale": ("attention.py", "/ math.sqrt(Q.shape[-1])", ""),
     "syntax_error": ("attention.py", "def silu(", "def silu(:\ndef _("),
+    # the exception a must-raise case asks for crosses the wire by its class names, hidden cases too
+    "gelu_runtime_error": ("gpt2.py", 'raise ValueError(f"approximate must be', 'raise RuntimeError(f"approximate must be'),
 }
 # the reference pieces each edit changes (names as reference/variants.py patches them), the function
 # that owns them; what else may lose points is derived from which tests use the pieces
 EDITED_PIECES = {"half_split_rope": {"rope.RotaryPositionalEmbedding"},
-                 "no_scale": {"attention.scaled_dot_product_attention", "attention.MultiHeadSelfAttention"}}
-OWNER = {"half_split_rope": "run_rope", "no_scale": "run_scaled_dot_product_attention"}
+                 "no_scale": {"attention.scaled_dot_product_attention", "attention.MultiHeadSelfAttention"},
+                 "gelu_runtime_error": {"gpt2.gelu"}}
+OWNER = {"half_split_rope": "run_rope", "no_scale": "run_scaled_dot_product_attention", "gelu_runtime_error": "run_gelu"}
 ACCOUNTING_PIECES = {"accounting.transformer_accounting"}  # what HANGS and EXITS edit
 # on top of no_scale: attention's causal mask is made without device=
 MASK_ON_CPU = ("attention.py", "dtype=torch.bool, device=x.device).tril()", "dtype=torch.bool).tril()")

@@ -261,11 +261,20 @@ class Link:
                                 "Look for an infinite loop, or work that grows far faster than the input. The next "
                                 "test runs in a fresh worker.")
         if hidden:
-            return StudentCodeError(message)
+            return _raised(StudentCodeError(message), error)
         if kind == "StudentImportError":  # said as the student's own run says it, at the file and line
             return StudentCodeError(message)
         where = f"\n{str(error['traceback']).rstrip()}" if error.get("traceback") else ""
-        return StudentCodeError(f"{kind}: {message}{where}")
+        return _raised(StudentCodeError(f"{kind}: {message}{where}"), error)
+
+
+def _raised(e: StudentCodeError, error: dict) -> StudentCodeError:
+    """With the class names the worker gave (`kinds`: the exception's and its bases'), by which a must-raise
+    case asks for the docstring's exception (checks.check_raises). Names only, never shown on a hidden case."""
+    bases = error.get("bases")
+    kinds = [str(b) for b in bases[:16] if isinstance(b, str) and b.isidentifier()] if isinstance(bases, list) else []
+    e.kinds = kinds or [str(error.get("type", "Exception"))]
+    return e
 
 
 # The labels of the grader's own diagnosis lines (the class report counts mistakes by them).

@@ -533,7 +533,7 @@ def _describe(e: BaseException) -> dict:
                 "message": f"cannot run: its code does not import{_where(e)}: {type(e).__name__}: {str(e)[:2000]}. "
                            "Only the functions whose code is in that file are stopped; fix it and they run again"}
     frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename.startswith(SUBMISSION)]
-    return {"type": type(e).__name__, "message": str(e)[:4000],
+    return {"type": type(e).__name__, "message": str(e)[:4000], "bases": [c.__name__ for c in type(e).__mro__][:16],
             "traceback": "".join(traceback.format_list(frames[-8:]))[:4000]}
 
 

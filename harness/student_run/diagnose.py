@@ -490,10 +490,12 @@ def _broadcast(a: int, b: int, case, inputs: dict) -> str | None:
                 "reduction (the max, the log-sum-exp) ran over a leading axis instead of the vocabulary. Reduce "
                 "over the last axis, dim=-1, whatever the number of leading axes")
     if "vocab_size" in axes and {first, second} <= leading:
-        # one tensor lost a leading axis the other keeps: in a loss, a reduction over it
-        return (f"a broadcast met {_called(first, a)} with {_called(second, b)}: one tensor lost a leading axis "
-                "that the other keeps, as a reduction (the max, the log-sum-exp) over a leading axis instead of "
-                "the vocabulary does. Reduce over the last axis, dim=-1, whatever the number of leading axes")
+        # two leading axes met: one tensor has an axis fewer or more at its end than the other (blind trial 10's
+        # logsumexp(keepdim=True) minus the picked logits was told only of a reduction over a leading axis)
+        return (f"a broadcast met {_called(first, a)} with {_called(second, b)}: the two tensors do not end in "
+                "the same axes, so their leading axes meet out of place. Either a reduction (the max, the "
+                "log-sum-exp) ran over a leading axis instead of the vocabulary (reduce over dim=-1, whatever the "
+                "number of leading axes), or one side kept the reduced axis (keepdim=True) and the other did not")
     return (f"a broadcast met {_called(first, a)} with {_called(second, b)}: an axis is missing or "
             "in the wrong place. Insert it with unsqueeze or name axes with einops")
 
