@@ -162,11 +162,11 @@ def check_raises(adapters, term: Term, case: Case) -> None:
     except (NotImplementedError, AdaptersError, TimeoutError, ContractViolation):
         raise  # not a raise: unwritten code, a crash, a hang, or a return value outside the contract
     except Exception as e:
-        wanted = ADAPTERS[case.function].raises
-        if not wanted or wanted in exception_names(e):
+        wanted, raised = ADAPTERS[case.function].raises, exception_names(e)
+        if not wanted or wanted in raised:
             return
         # blind trials 9 and 10: F.gelu's own RuntimeError for an unknown approximate passed as "a raise"
-        raise Mismatch(f"{header(case, kwargs)}\n{case.function} raised {exception_names(e)[0]} where its docstring "
+        raise Mismatch(f"{header(case, kwargs)}\n{case.function} raised {raised[0]} where its docstring "
                        f"asks for {wanted}: check the value yourself first (a library call may raise another "
                        f"exception for it) and raise {wanted} with a message that names it.") from None
     raise Mismatch(f"{header(case, kwargs)}\n{case.function} returned {describe(out)} instead of raising. "

@@ -153,17 +153,15 @@ def _takes_the_contracts_arguments(function: str, impl) -> None:
     import inspect
     declared = list(ADAPTERS[function].signature.parameters)
     try:
-        inspect.signature(impl).bind(*declared)
-    except TypeError:
-        pass
+        signature = inspect.signature(impl)
     except ValueError:  # a builtin without a signature: let the call say
         return
-    else:
-        return
-    name = getattr(impl, "__name__", "your function")
-    raise TypeError(f"{name}{inspect.signature(impl)} cannot stand in for {function}: the tests call it as "
-                    f"{function}({', '.join(declared)}). Give it those parameters, in that order (see the "
-                    f"docstring of {function} in adapters.py)")
+    try:
+        signature.bind(*declared)
+    except TypeError:
+        raise TypeError(f"{getattr(impl, '__name__', 'your function')}{signature} cannot stand in for {function}: "
+                        f"the tests call it as {function}({', '.join(declared)}). Give it those parameters, in that "
+                        f"order (see the docstring of {function} in adapters.py)") from None
 
 
 class NotWrittenYet(Exception):
