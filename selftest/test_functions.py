@@ -167,3 +167,74 @@ def test_a_function_without_a_device_probe_needs_none(name):
         f"{name} runs on meta tensors, and no other function's device probe reaches "
         f"{', '.join('impl.' + s for s in unprobed)}: drop no_device_probe in harness/contract.py, so "
         "tests/test_devices.py probes it")
+
+
+def test_meta_answers_from_the_shape_table_are_the_kernels_own(monkeypatch):
+    """The device probe answers an op on meta tensors it has seen before from a table (probes._META_RESULTS).
+    Each probed reference call runs twice, the second from the table where it can. Every answer so given is
+    what the table recorded (the argument itself for an op in place), and every entry is what the kernel
+    computes again from its key alone: the key holds all that decides the result."""
+    from harness.student_run import probes
+    replayed, real_replay = [], probes._replay
+
+    def watched(recorded, args):
+        answer = real_replay(recorded, args)  # checked now: later ops may reshape it in place
+        replayed.append(answer is args[0] if recorded == ("self",) else probes._recorded(answer) == recorded)
+        return answer
+    monkeypatch.setattr(probes, "_replay", watched)
+    probes._META_RESULTS.clear()
+    for name in PROBED:
+        for _ in range(2):
+            _reference_on_meta(name)
+    assert len(replayed) > 500, "the probes' repeated ops should be answered from the table"
+    assert all(replayed), f"{replayed.count(False)} answers are not what the table recorded"
+    for (func, args, kwargs), recorded in probes._META_RESULTS.items():
+        with torch.utils._python_dispatch._disable_current_modes():
+            out = func(*_rebuilt(args), **dict(_rebuilt(kwargs)))
+        if recorded == ("self",):
+            assert probes._kind(func) == "self"
+        else:
+            assert probes._recorded(out) == recorded, f"{func}: the table says {recorded}, the kernel {probes._recorded(out)}"
+
+
+def _rebuilt(described):
+    """Values from a shape-table key (probes._described): meta tensors of those layouts."""
+    if isinstance(described, tuple) and described and described[0] == "T":
+        _, shape, stride, offset, dtype, _, _ = described
+        elements = offset + (0 if 0 in shape else 1 + sum((n - 1) * s for n, s in zip(shape, stride)))
+        return torch.empty(elements, dtype=dtype, device="meta").as_strided(shape, stride, offset)
+    if isinstance(described, tuple) and len(described) == 2 and described[0] in (list, tuple):
+        return described[0](_rebuilt(v) for v in described[1])
+    if isinstance(described, tuple) and len(described) == 2 and isinstance(described[0], type):
+        return described[1]
+    return tuple((key, _rebuilt(value)) for key, value in described)  # a dict's items
+
+def test_a_device_mix_is_caught_after_the_same_op_was_answered_from_the_table():
+    from harness.student_run.probes import DeviceMismatch, run_on_meta
+    x = torch.ones(3, 4, device="meta")
+
+    def mixed(x):
+        y = x * 2 + x  # meta alone: recorded, then answered from the table
+        y = x * 2 + x
+        return y + torch.ones(3, 4)  # the same add's shapes, with a CPU tensor made here
+
+    def made_on_the_cpu(x):
+        y = x * 2
+        y = x * 2
+        table = torch.ones(3, 4) * 2  # the same mul on the CPU alone: computed there, never answered as meta
+        return y + table
+    for call in (mixed, made_on_the_cpu):
+        with pytest.raises(DeviceMismatch, match="made by torch.ones"):
+            run_on_meta(call, x)
+
+
+def test_an_op_that_reshapes_its_argument_in_place_is_computed_each_time():
+    """unsqueeze_, t_ and resize_ write their argument's layout, not its values: the table cannot answer them."""
+    from harness.student_run.probes import run_on_meta
+
+    def reshaped(x):
+        first, second = x.clone(), x.clone()
+        first.unsqueeze_(0)
+        second.unsqueeze_(0)
+        return second
+    assert run_on_meta(reshaped, torch.ones(3, 4, device="meta")).shape == (1, 3, 4)
