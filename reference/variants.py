@@ -2299,6 +2299,14 @@ def _batch_unseeded(dataset, batch_size, context_length, device):
     return torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
 
 
+def _batch_without_replacement(dataset, batch_size, context_length, device):
+    """Starts drawn without replacement where there are enough (blind trial 11): rows that depend on each other."""
+    valid = len(dataset) - context_length
+    starts = np.random.choice(valid, size=batch_size, replace=valid < batch_size)
+    x, y = _windows(dataset, starts, context_length)
+    return torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+
+
 def _ce_keepdim_one_side(inputs, targets):
     """logsumexp(keepdim=True) minus the picked logits without it: [..., 1] meets [...] (blind trial 10)."""
     x = _upcast(inputs)
@@ -2327,3 +2335,5 @@ register("gelu_f_gelu_unchecked", "F.gelu called with any approximate: its Runti
          gpt2__gelu=lambda x, approximate="none": F.gelu(x, approximate=approximate))
 register("adamw_state_made_on_cpu", "AdamW's m and v made by torch.zeros(p.shape), on the CPU",
          named_by="made by torch.zeros", optimizer__AdamW=_set(_AdamW, state_on_cpu=True))
+register("batch_without_replacement", "get_batch draws its starts without replacement (np.random.choice, "
+         "replace=False)", named_by="not drawn independently", training__get_batch=_batch_without_replacement)

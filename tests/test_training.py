@@ -192,6 +192,22 @@ def test_starts_are_uniform_over_every_valid_start(adapters):
                      f"start: count {off}")
 
 
+@adapter("run_sample_batches")
+def test_rows_are_drawn_independently(adapters):
+    """With as many valid starts as rows (k = B = 8), independent draws repeat some start within a call in all
+    but k!/k^k = 0.24% of calls, so a correct sampler makes 4 calls without a repeat with probability 3e-11.
+    A draw without replacement (np.random.choice(..., replace=False), a permutation) never repeats one: its
+    rows depend on each other (blind trial 11: replace=False passed every other test)."""
+    k, calls = 8, 4
+    starts = _batches(adapters, torch.arange(k + T), k, T, calls, seed=0)[:, 0, :, 0]
+    assert not all(len(set(row.tolist())) == k for row in starts), (
+        f"rows are not drawn independently: with {k} valid starts and batch_size {k}, each of {calls} calls drew "
+        f"every start exactly once, a permutation ({k}!/{k}^{k} = 0.24% of independent batches do that; "
+        f"{calls} in a row, 3e-11). Drawing without replacement (np.random.choice(..., replace=False), "
+        "np.random.permutation, torch.randperm) ties each row to the others: draw every start on its own, "
+        "torch.randint(0, len(dataset) - context_length, (batch_size,))")
+
+
 CORPUS = 1 << 19  # ids in the probe's corpus: 1 MiB as a uint16 token file
 
 
@@ -213,9 +229,11 @@ def test_batches_read_their_windows_not_the_whole_corpus(adapters, memmap):
     corpus = (f"an np.memmap of {CORPUS:,} uint16 ids (a {2 * CORPUS / 2**20:.0f} MiB file)" if memmap else
               f"an int64 array of {CORPUS:,} ids")
     assert not made and peak <= (3 if memmap else 1) * CORPUS, (
-        f"to take 4 windows of {T} ids from {corpus}, get_batch {what}: it converted or copied the whole array "
-        "(torch.tensor(dataset), torch.from_numpy(dataset).long(), dataset.astype(np.int64), np.array(dataset)). "
-        "A real corpus is a memmap of gigabytes, read in full on every call that way: index the windows first, "
+        f"to take 4 windows of {T} ids from {corpus}, get_batch {what}: as much as the whole array. It converted or "
+        "copied the array (torch.tensor(dataset), torch.from_numpy(dataset).long(), dataset.astype(np.int64), "
+        "np.array(dataset)), or drew its starts from a permutation of every position (np.random.choice(n, "
+        "replace=False), np.random.permutation, torch.randperm). A real corpus is a memmap of gigabytes, read or "
+        "permuted in full on every call that way: draw B starts, index the windows, "
         "dataset[s : s + context_length], and convert only those")
 
 
