@@ -1058,7 +1058,8 @@ def run_gradient_clipping(parameters: Iterable[torch.nn.Parameter], max_l2_norm:
 
     The norm is one global norm over every gradient together, sqrt(sum over parameters of sum(g^2)),
     not one per parameter. When it exceeds max_l2_norm, every gradient is multiplied by
-    max_l2_norm / (norm + 1e-6) (CS336's eps); a norm at or below the maximum leaves them untouched.
+    max_l2_norm / (norm + 1e-6) (CS336's eps); a norm below the maximum leaves them untouched. At
+    exactly the maximum either is right: CS336 scales from it on (>=), by a factor within 1e-6 of 1.
     Parameters whose .grad is None (frozen, or unused) are skipped. `parameters` may be a generator,
     as model.parameters() is: iterate it once. Compute the norm in float32 (upcast float16/bfloat16
     gradients: their squares overflow float16) and write each gradient back in its own dtype.
@@ -1080,7 +1081,7 @@ def run_clip_gradients(
     returns the clipped gradients, flattened and concatenated in the order of their names.
 
     It checks the rules of run_gradient_clipping: one global norm, the scale max_l2_norm / (norm + 1e-6)
-    above the maximum, gradients untouched at or below it (bit for bit), frozen parameters skipped,
+    above the maximum, gradients untouched below it (bit for bit), frozen parameters skipped,
     float16 and bfloat16 gradients.
     """
     parameters = []
