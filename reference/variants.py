@@ -1997,6 +1997,8 @@ class _AdamW(optimizer.AdamW):
     fixed_eps = None        # an eps written into the code (torch's default 1e-8), the group's ignored
     v_of_abs = False        # v accumulates |g|, not g * g
     t_offset = 0            # bias corrections 1 - beta^(t + offset): 1 counts the steps from 2
+    corrected = "mv"        # the moments bias-corrected: "m" or "v" alone (blind trial 11)
+    v_t_offset = 0          # v's correction alone 1 - beta2^(t + offset)
     m_weights_swapped = False  # m = (1 - beta1) m + beta1 g: m.lerp_(g, beta1)
     eps_times_lr = False    # eps * lr added to the root: 0/0 where v is 0 at lr = 0 (warmup's first step)
     state_on_cpu = False    # m and v made by torch.zeros(p.shape): on the CPU, whatever p's device
@@ -2045,7 +2047,8 @@ class _AdamW(optimizer.AdamW):
                 else:
                     v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
                 t += self.t_offset
-                c1, c2 = (1 - beta1 ** t, 1 - beta2 ** t) if self.bias_correction else (1.0, 1.0)
+                c1, c2 = (1 - beta1 ** t, 1 - beta2 ** (t + self.v_t_offset)) if self.bias_correction else (1.0, 1.0)
+                c1, c2 = (c1 if "m" in self.corrected else 1.0), (c2 if "v" in self.corrected else 1.0)
                 if self.eps_under_root:
                     p.addcdiv_(m, (v / c2 + eps).sqrt(), value=-lr / c1)
                 elif self.eps_inside:
@@ -2337,3 +2340,17 @@ register("adamw_state_made_on_cpu", "AdamW's m and v made by torch.zeros(p.shape
          named_by="made by torch.zeros", optimizer__AdamW=_set(_AdamW, state_on_cpu=True))
 register("batch_without_replacement", "get_batch draws its starts without replacement (np.random.choice, "
          "replace=False)", named_by="not drawn independently", training__get_batch=_batch_without_replacement)
+
+# Blind trial 11: AdamW mistakes in one moment alone were only "What differs"
+register("adamw_m_not_bias_corrected", "AdamW that bias-corrects v but not m",
+         hint=("m without its bias correction (v has one): divide m by 1 - beta1^t too, m_hat = m / (1 - beta1^t), "
+               "with t each parameter's step count from 1"),
+         optimizer__AdamW=_set(_AdamW, corrected="v"))
+register("adamw_v_not_bias_corrected", "AdamW that bias-corrects m but not v",
+         hint=("v without its bias correction (m has one): divide v by 1 - beta2^t too, under the square root, "
+               "v_hat = v / (1 - beta2^t)"),
+         optimizer__AdamW=_set(_AdamW, corrected="m"))
+register("adamw_v_correction_t_plus_1", "AdamW whose v correction is 1 - beta2^(t + 1), m's right",
+         hint=("v's bias correction 1 - beta2^(t + 1) while m's is 1 - beta1^t: both use the same step count t, "
+               "1 at the first step"),
+         optimizer__AdamW=_set(_AdamW, v_t_offset=1))
