@@ -228,6 +228,35 @@ def test_the_seccomp_filter_denies_system_v_and_queue_ipc():
     assert allowed.returncode == 1  # the calls work without the filter: the check can fail
 
 
+SOCKETS_CHECK = """
+import socket, sys
+def refused(*args):
+    try:
+        socket.socket(*args).close()
+    except PermissionError:
+        return True
+    return False
+a, b = socket.socketpair()  # the channel multiprocessing and the worker use: always allowed
+a.sendall(b"x"); assert b.recv(1) == b"x"
+print(refused(socket.AF_UNIX, socket.SOCK_STREAM), refused(socket.AF_INET, socket.SOCK_STREAM),
+      refused(socket.AF_NETLINK, socket.SOCK_RAW, 0), refused(40, socket.SOCK_STREAM))  # 40: AF_VSOCK
+"""
+
+
+def test_without_a_network_namespace_no_socket_reaches_a_neighbour():
+    """Red team 11: without bubblewrap an abstract AF_UNIX name is the whole machine's, and one submission
+    sent another's hidden inputs through one; from a sandbox, AF_VSOCK reached the hypervisor. The filter a
+    worker loads without bubblewrap refuses AF_UNIX, internet, netlink and vsock sockets (socketpair still
+    works); bubblewrap's keeps AF_UNIX, whose names its network namespace keeps apart."""
+    from harness.grading.sandbox import SeccompLoader, seccomp_filter
+    denied = subprocess.run([sys.executable, "-I", "-c", SOCKETS_CHECK], preexec_fn=SeccompLoader().load,
+                            capture_output=True, text=True)
+    assert denied.stdout.split() == ["True", "True", "True", "True"], denied.stdout + denied.stderr
+    allowed = subprocess.run([sys.executable, "-I", "-c", SOCKETS_CHECK], capture_output=True, text=True)
+    assert allowed.stdout.split()[0] == "False", allowed.stderr  # AF_UNIX works without it: the check can fail
+    assert len(seccomp_filter(unix_sockets=False)) > len(seccomp_filter()), "bubblewrap's filter keeps AF_UNIX"
+
+
 def test_the_workers_harness_modules_import_on_their_own(tmp_path):
     """The sandbox holds only WORKER_MODULES of the harness: a module they import that is not among
     them (harness.torch_imports once) fails under bubblewrap, and every submission got import-error.

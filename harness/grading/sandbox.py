@@ -107,8 +107,9 @@ class Protections:
                    else "install bubblewrap")
             off += ["filesystem allow-list", "no network", f"PID namespace ({why})"]
         if self.seccomp:
-            on.append("seccomp (no kernel keyring, no System V or POSIX-queue IPC, no sysinfo, no internet "
-                      "sockets, no page-cache probes, no file locks or file watches, no user namespaces)")
+            unix = "" if self.bwrap else ", nor Unix ones without a network namespace"
+            on.append("seccomp (no kernel keyring, no System V or POSIX-queue IPC, no sysinfo, no internet, netlink "
+                      f"or vsock sockets{unix}, no page-cache probes, no file locks or file watches, no user namespaces)")
         else:
             off.append("seccomp filter (needs x86_64 or aarch64, and prctl allowed)")
         if self.uid_drop:
@@ -686,7 +687,13 @@ DENIED = ("add_key", "request_key", "keyctl", "unshare", "sysinfo", *IPC)  # EPE
 # inotify and fanotify too: a watch on a file every sandbox reads (torch's own) sees a neighbour's reads.
 UNSUPPORTED = ("clone3", "preadv2", "pwritev2", "io_uring_setup", "cachestat", "inotify_init", "inotify_init1",
                "inotify_add_watch", "fanotify_init", "fanotify_mark")
-NO_SOCKETS = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET: no network, even without a network namespace
+# AF_INET, AF_INET6, AF_PACKET: no network, even without a network namespace; AF_NETLINK and AF_VSOCK:
+# the kernel's and the hypervisor's channels (red team 11 reached the host's vsock from a sandbox).
+NO_SOCKETS = (2, 10, 16, 17, 40)
+# Without bubblewrap there is no network namespace: an abstract AF_UNIX name (\0name) is the whole
+# machine's, and red team 11 sent a neighbour's hidden inputs through one. socket() then refuses AF_UNIX
+# too; socketpair, another syscall, still works (multiprocessing's pipes, the worker's own channel).
+AF_UNIX = 1
 # File locks are machine-wide and work on read-only files: a sandbox that locked torch's own files
 # while it ran hidden cases told a neighbour 64 bits of a hidden input. flock, and fcntl's lock, lease
 # and dnotify commands (F_GETLK, F_SETLK, F_SETLKW, their 64-bit and OFD forms, F_SETLEASE,
@@ -694,11 +701,12 @@ NO_SOCKETS = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET: no network, even witho
 LOCK_COMMANDS = (5, 6, 7, 12, 13, 14, 36, 37, 38, 1024, 1025, 1026)
 
 
-def seccomp_filter() -> bytes:
+def seccomp_filter(unix_sockets: bool = True) -> bytes:
     """A classic BPF program (bwrap's --seccomp, or loaded by `_limits` without bubblewrap): the
     kernel keyring (the one store that outlives every process and is shared by a uid), sysinfo
     (its process count and free memory are the whole machine's: a channel between neighbours),
-    internet and packet sockets (no network, with or without a network namespace) and new user
+    NO_SOCKETS (no network, with or without a network namespace), AF_UNIX sockets unless
+    `unix_sockets` (a network namespace of its own keeps their names apart) and new user
     namespaces (unshare, clone with CLONE_NEWUSER) fail with EPERM; file locks (flock, fcntl's
     LOCK_COMMANDS) with ENOLCK; UNSUPPORTED with ENOSYS; a foreign ABI (i386, x32) gets EPERM for
     everything."""
@@ -714,7 +722,8 @@ def seccomp_filter() -> bytes:
         if name in nr:  # aarch64 has no inotify_init
             program += [(jeq, 0, 1, nr[name]), (ret, 0, 0, enosys)]
     program += [(jeq, 0, 1, nr["flock"]), (ret, 0, 0, enolck)]
-    program += _one_of(nr["socket"], 16, NO_SOCKETS, eperm)  # the socket's domain
+    refused = NO_SOCKETS if unix_sockets else (AF_UNIX, *NO_SOCKETS)
+    program += _one_of(nr["socket"], 16, refused, eperm)  # the socket's domain
     program += _one_of(nr["fcntl"], 24, LOCK_COMMANDS, enolck)  # fcntl's command (its low 32 bits, as the kernel reads it)
     program += [(jeq, 1, 0, nr["clone"]), (ret, 0, 0, allow),
                 (load, 0, 0, 16), (jset, 0, 1, 0x10000000), (ret, 0, 0, eperm), (ret, 0, 0, allow)]
@@ -740,7 +749,8 @@ def _seccomp_works(bwrap: str | None) -> bool:
     check = ("import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); "
              f"sys.exit(0 if libc.syscall({nr['keyctl']}, 0, -3, 0) == -1 and ctypes.get_errno() == 1 "
              f"and libc.syscall({nr['sysinfo']}, ctypes.create_string_buffer(256)) == -1 "
-             "and libc.socket(2, 1, 0) == -1 and libc.socket(1, 1, 0) >= 0 else 1)")
+             f"and libc.socket(2, 1, 0) == -1 and libc.socket(40, 1, 0) == -1 "
+             f"and (libc.socket(1, 1, 0) {'>= 0' if bwrap else '== -1'}) else 1)")
     if bwrap is None:
         loader = SeccompLoader()
         return subprocess.run([sys.executable, "-I", "-c", check], capture_output=True,
@@ -769,7 +779,7 @@ class SeccompLoader:
             _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
         self._ctypes = ctypes
         self._libc = ctypes.CDLL(None, use_errno=True)
-        self._code = ctypes.create_string_buffer(seccomp_filter())
+        self._code = ctypes.create_string_buffer(seccomp_filter(unix_sockets=False))  # no network namespace
         self._program = Program(len(self._code.raw) // 8, ctypes.addressof(self._code))
 
     def load(self) -> None:
