@@ -229,8 +229,8 @@ def test_batches_read_their_windows_not_the_whole_corpus(adapters, memmap):
     corpus = (f"an np.memmap of {CORPUS:,} uint16 ids (a {2 * CORPUS / 2**20:.0f} MiB file)" if memmap else
               f"an int64 array of {CORPUS:,} ids")
     assert not made and peak <= (3 if memmap else 1) * CORPUS, (
-        f"to take 4 windows of {T} ids from {corpus}, get_batch {what}: as much as the whole array. It converted or "
-        "copied the array (torch.tensor(dataset), torch.from_numpy(dataset).long(), dataset.astype(np.int64), "
+        f"to take 4 windows of {T} ids from {corpus}, get_batch {what}: it converted or copied the whole array "
+        "(torch.tensor(dataset), torch.from_numpy(dataset).long(), dataset.astype(np.int64), "
         "np.array(dataset)), or drew its starts from a permutation of every position (np.random.choice(n, "
         "replace=False), np.random.permutation, torch.randperm). A real corpus is a memmap of gigabytes, read or "
         "permuted in full on every call that way: draw B starts, index the windows, "
