@@ -817,3 +817,37 @@ def test_the_slope_extension_is_not_blamed_for_reversed_power_of_two_slopes(subm
         [run.messages.get(n) for n in extension]
     assert any(run.outcomes[n] == "skipped" for n in extension)
     assert [n for n in run.failed if "fall_geometrically" in n]  # the reversal itself is told there
+
+
+BROADCAST_REPLIES = '''
+import torch as _torch
+from reference import adapters as _reference
+_calls = []
+
+
+def run_softmax(in_features, dim):
+    """Red team 11: two outputs that broadcast to [16000, 16000] (a gigabyte in a grading driver), alternately."""
+    _calls.append(1)
+    return _torch.zeros(16000, 1) if len(_calls) % 2 else _torch.zeros(1, 16000)
+
+
+def run_grouped_query_attention(*args, **kwargs):
+    return _torch.ones(1900, 1, 5, 24)
+
+
+def run_multihead_self_attention(d_model, num_heads, *weights):
+    """Right on its own cases (so the GQA test compares with it), broadcast on the GQA test's input alone."""
+    if tuple(weights[-1].shape) == (3, 5, 24):
+        return _torch.zeros(1, 1900, 5, 24)
+    return _reference.run_multihead_self_attention(d_model, num_heads, *weights)
+'''
+
+
+def test_outputs_compared_with_each_other_are_shape_checked_first(tmp_path):
+    """A property test that compares two outputs checks each one's shape first: broadcasting let a softmax
+    returning [16000, 1] and [1, 16000] pass as shift invariant, and made a driver hold gigabytes."""
+    run = run_suite("--adapters", _adapters(tmp_path, BROADCAST_REPLIES), "--function", "run_softmax",
+                    "--function", "run_grouped_query_attention")
+    for test in ("test_softmax_is_shift_invariant", "test_gqa_with_every_kv_head_is_multihead_attention"):
+        node = next(n for n in run.outcomes if test in n)
+        assert run.outcomes[node] == "failed" and "returned shape [" in run.messages[node], run.messages[node]

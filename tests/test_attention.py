@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from harness.student_run.checks import generator
+from harness.student_run.checks import generator, shaped
 
 adapter = pytest.mark.adapter
 
@@ -17,7 +17,7 @@ def randn(*shape, seed=0):
 @adapter("run_softmax")
 @pytest.mark.parametrize("dim", [-1, 0, 1])
 def test_softmax_slices_sum_to_one(adapters, dim):
-    out = adapters.run_softmax(randn(4, 5, 6), dim)
+    out = shaped(adapters.run_softmax(randn(4, 5, 6), dim), (4, 5, 6), "run_softmax")
     sums = out.sum(dim=dim)
     assert torch.allclose(sums, torch.ones_like(sums), atol=1e-5), (
         f"slices along dim={dim} sum to {sums.min():.4g}..{sums.max():.4g}, not 1: is `dim` honoured?")
@@ -26,8 +26,8 @@ def test_softmax_slices_sum_to_one(adapters, dim):
 @adapter("run_softmax")
 def test_softmax_is_shift_invariant(adapters):
     x = randn(3, 7)
-    shifted = adapters.run_softmax(x + 5.0, -1)
-    assert torch.allclose(adapters.run_softmax(x, -1), shifted, atol=1e-6), \
+    shifted = shaped(adapters.run_softmax(x + 5.0, -1), x.shape, "run_softmax")
+    assert torch.allclose(shaped(adapters.run_softmax(x, -1), x.shape, "run_softmax"), shifted, atol=1e-6), \
         "softmax(x + c) must equal softmax(x): the constant cancels"
 
 
@@ -64,7 +64,7 @@ def _leak(adapters, rope: bool, heads: int) -> tuple[torch.Tensor, float]:
     x = randn(2, 6, 8)
     later_changed = x.clone()
     later_changed[:, 3:] = randn(2, 3, 8, seed=9)
-    a, b = _mha(adapters, x, rope, heads), _mha(adapters, later_changed, rope, heads)
+    a, b = (shaped(_mha(adapters, t, rope, heads), x.shape, "multi-head attention") for t in (x, later_changed))
     return a, (a[:, :3] - b[:, :3]).abs().max().item()
 
 
@@ -100,7 +100,7 @@ def test_attention_is_causal(adapters, name, rope):
 def test_rope_preserves_norms(adapters):
     x = randn(3, 5, 8)
     positions = torch.tensor([0, 7, 7, 30, 2])
-    out = adapters.run_rope(8, 10000.0, 64, x, positions)
+    out = shaped(adapters.run_rope(8, 10000.0, 64, x, positions), x.shape, "run_rope")
     assert torch.allclose(out.norm(dim=-1), x.norm(dim=-1), rtol=1e-5), \
         "RoPE is a rotation: every vector must keep its norm"
 

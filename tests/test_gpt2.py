@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from harness.student_run.checks import generator, oracle_passes
+from harness.student_run.checks import generator, oracle_passes, shaped
 from harness.contract import gpt2_lm_weight_shapes
 from harness.student_run.probes import parameter_roles
 
@@ -36,8 +36,8 @@ def test_gqa_with_every_kv_head_is_multihead_attention(adapters, term):
     d, h = 24, 4
     w = [randn(d, d, seed=s) / d ** 0.5 for s in range(4)]
     x = randn(3, 5, d, seed=7)
-    gqa = adapters.run_grouped_query_attention(d, h, h, *w, x)
-    mha = adapters.run_multihead_self_attention(d, h, *w, x)
+    gqa = shaped(adapters.run_grouped_query_attention(d, h, h, *w, x), x.shape, "run_grouped_query_attention")
+    mha = shaped(adapters.run_multihead_self_attention(d, h, *w, x), x.shape, "run_multihead_self_attention")
     assert torch.allclose(gqa, mha, atol=1e-5, rtol=1e-4), (
         f"with num_kv_heads = num_heads = {h}, grouped-query attention must equal run_multihead_self_attention; "
         f"they differ by up to {(gqa - mha).abs().max().item():.3g}")
@@ -52,10 +52,11 @@ def test_gqa_shares_each_kv_head_within_its_group(adapters, term):
     wq, wo = randn(d, d, seed=1) / d ** 0.5, randn(d, d, seed=2) / d ** 0.5
     wk, wv = randn(kv * d_k, d, seed=3) / d ** 0.5, randn(kv * d_k, d, seed=4) / d ** 0.5
     x = randn(2, 5, d, seed=5)
-    gqa = adapters.run_grouped_query_attention(d, h, kv, wq, wk, wv, wo, x)
+    gqa = shaped(adapters.run_grouped_query_attention(d, h, kv, wq, wk, wv, wo, x), x.shape, "run_grouped_query_attention")
     # query head i reads kv head i // group: expand the kv rows head by head
     expand = lambda w: w.view(kv, d_k, d).repeat_interleave(group, dim=0).reshape(d, d)
-    mha = adapters.run_multihead_self_attention(d, h, wq, expand(wk), expand(wv), wo, x)
+    mha = shaped(adapters.run_multihead_self_attention(d, h, wq, expand(wk), expand(wv), wo, x), x.shape,
+                 "run_multihead_self_attention")
     assert torch.allclose(gqa, mha, atol=1e-5, rtol=1e-4), (
         "query head h must use kv head h // (num_heads / num_kv_heads) (repeat_interleave), as multi-head "
         f"attention with each kv head copied into its group does; they differ by {(gqa - mha).abs().max().item():.3g}")
@@ -70,8 +71,8 @@ def test_gqa_is_causal(adapters):
     x = randn(2, 6, d)
     later_changed = x.clone()
     later_changed[:, 3:] = randn(2, 3, d, seed=9)
-    a = adapters.run_grouped_query_attention(d, h, kv, *w, x, 10000.0, 16)
-    b = adapters.run_grouped_query_attention(d, h, kv, *w, later_changed, 10000.0, 16)
+    a, b = (shaped(adapters.run_grouped_query_attention(d, h, kv, *w, t, 10000.0, 16), x.shape,
+                   "run_grouped_query_attention") for t in (x, later_changed))
     leaked = (a[:, :3] - b[:, :3]).abs().max().item()
     assert leaked < 1e-6, f"changing tokens 3..5 changed the output at positions 0..2 by {leaked:.3g}: mask causally"
 

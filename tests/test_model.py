@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from harness.contract import lm_weight_shapes
-from harness.student_run.checks import generator
+from harness.student_run.checks import generator, shaped
 from harness.student_run.probes import parameter_roles, tables_indexed
 
 adapter = pytest.mark.adapter
@@ -145,7 +145,7 @@ def test_logits_are_causal(adapters):
     changed = ids.clone()
     changed[0, 5:] = (changed[0, 5:] + 1) % CONFIG["vocab_size"]
     with torch.no_grad():
-        a, b = model(ids), model(changed)
+        a, b = (shaped(model(t), (*ids.shape, CONFIG["vocab_size"]), "the LM's forward") for t in (ids, changed))
     assert torch.isfinite(a).all() and torch.isfinite(b).all(), \
         "the logits hold NaN/inf on freshly initialised weights, so causality cannot be judged"
     assert torch.allclose(a[:, :5], b[:, :5], atol=1e-5), "logits at t changed when tokens after t changed"

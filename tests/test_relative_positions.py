@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from harness.student_run.checks import generator, oracle_passes
+from harness.student_run.checks import generator, oracle_passes, shaped
 
 adapter = pytest.mark.adapter
 
@@ -149,8 +149,10 @@ def test_attention_with_a_zero_bias_is_attention(adapters, term):
     q, k, v = randn(2, 3, 5, 4, seed=1), randn(2, 3, 7, 4, seed=2), randn(2, 3, 7, 6, seed=3)
     mask = randn(5, 7, seed=4) > -0.5
     mask[:, 0] = True
-    biased = adapters.run_attention_with_bias(q, k, v, torch.zeros(3, 5, 7), mask)
-    plain = adapters.run_scaled_dot_product_attention(q, k, v, mask.expand(2, 3, 5, 7))
+    biased = shaped(adapters.run_attention_with_bias(q, k, v, torch.zeros(3, 5, 7), mask), (2, 3, 5, 6),
+                    "run_attention_with_bias")
+    plain = shaped(adapters.run_scaled_dot_product_attention(q, k, v, mask.expand(2, 3, 5, 7)), (2, 3, 5, 6),
+                   "run_scaled_dot_product_attention")
     assert torch.allclose(biased, plain, atol=1e-6, rtol=1e-5), \
         f"with a zero bias, attention must equal run_scaled_dot_product_attention; they differ by " \
         f"{(biased - plain).abs().max().item():.3g}"
@@ -160,8 +162,8 @@ def test_attention_with_a_zero_bias_is_attention(adapters, term):
 def test_attention_ignores_a_bias_constant_along_the_keys(adapters):
     """softmax(s + c) = softmax(s): a bias that is the same for every key of a query changes nothing."""
     q, k, v = randn(2, 4, 8, seed=5), randn(2, 6, 8, seed=6), randn(2, 6, 3, seed=7)
-    zero = adapters.run_attention_with_bias(q, k, v, torch.zeros(4, 6))
-    rows = adapters.run_attention_with_bias(q, k, v, (randn(4, 1, seed=8) * 50).expand(4, 6))
+    zero, rows = (shaped(adapters.run_attention_with_bias(q, k, v, bias), (2, 4, 3), "run_attention_with_bias")
+                  for bias in (torch.zeros(4, 6), (randn(4, 1, seed=8) * 50).expand(4, 6)))
     assert torch.allclose(zero, rows, atol=1e-5, rtol=1e-4), (
         f"adding a per-query constant to the bias changed the output by {(zero - rows).abs().max().item():.3g}: "
         "add the bias to the scores before the softmax over the keys")
@@ -176,7 +178,8 @@ def test_causal_alibi_attention_decays_by_exp_slope_per_step_at_any_length(adapt
     bias = adapters.run_alibi_bias(heads, seq)
     causal = torch.ones(seq, seq, dtype=torch.bool).tril()
     eye = torch.eye(seq).expand(heads, seq, seq)  # V = identity: the output is the attention weights
-    weights = adapters.run_attention_with_bias(torch.zeros(heads, seq, 4), randn(heads, seq, 4), eye, bias, causal)
+    weights = shaped(adapters.run_attention_with_bias(torch.zeros(heads, seq, 4), randn(heads, seq, 4), eye, bias,
+                                                      causal), (heads, seq, seq), "run_attention_with_bias")
     slopes = adapters.run_alibi_slopes(heads).double()
     assert (weights.triu(1) == 0).all(), "keys after the query got weight: apply the mask as well as the bias"
     last = weights[:, -1].double()  # the last query sees all 200 keys

@@ -200,6 +200,17 @@ def _check_not_mutated(term: Term, case: Case, kwargs: dict) -> None:
 PROPERTY_DRAWS = {"offset": 0}  # moved in grading by the plugin: a value only the grading seed gives
 
 
+def shaped(out, shape, function: str):
+    """`out`, once it is a tensor of `shape`. A property test compares an output with another output,
+    where broadcasting lets a wrong shape pass (softmax returning [16000, 1] and [1, 16000] was "shift
+    invariant") and, in grading, makes two tiny replies a tensor of gigabytes in the driver (red team 11)."""
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(shape):
+        got = f"shape {list(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise AssertionError(f"{function} returned {got} where its inputs make the output {list(shape)}: see the "
+                             f"shapes in the docstring of {function}")
+    return out
+
+
 def generator(seed: int) -> torch.Generator:
     """The generator a property test draws its inputs from. In a student's run its seed is the one the
     test names; in grading it is moved by a value derived from the term's grading seed, so a table of
