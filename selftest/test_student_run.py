@@ -238,6 +238,19 @@ def test_check_takes_a_function_from_a_cell_and_returns_results(monkeypatch):
     assert probe and all("(report-only: the verdict rests on what your code reports" in m for m in probe), probe
 
 
+def test_check_takes_the_students_own_function_names_and_names_an_entry_points_tests():
+    """TA trial 11: the README's check("get_batch") was 'not a contract function', and check of an entry point
+    answered in pytest's words (run --function). The student's own name reaches its contract function; an entry
+    point names the check() that tests it."""
+    from harness.student_run.notebook import _contract_name
+    assert [_contract_name(n) for n in ("get_batch", "embedding_lookup", "AdamW", "run_softmax")] == \
+        ["run_get_batch", "run_embedding", "get_adamw_cls", "run_softmax"]
+    with pytest.raises(ValueError, match=r"run_get_batch has no tests of its own: .*check\('run_sample_batches'\)"):
+        check("get_batch", quiet=True)
+    with pytest.raises(ValueError, match="did you mean 'run_embedding'"):
+        check("run_embeding", quiet=True)
+
+
 def test_check_says_when_a_cells_function_takes_other_arguments():
     """TA trial 10: a two-parameter function gave 14 tracebacks of 'takes 2 positional arguments but 4 were given'."""
     with pytest.raises(TypeError, match=r"the tests call it as run_embedding\(vocab_size, d_model, weights, token_ids\)"):
