@@ -242,7 +242,10 @@ def test_edited_official_files_are_reported_and_ignored(graded):
 def test_missing_adapters_is_a_clear_zero(graded):
     result = graded["results"]["no_adapters"]
     assert result.score == 0 and result.status == "no-adapters"
-    assert "No adapters.py" in _results_json(graded, "no_adapters")["output"]
+    said = _results_json(graded, "no_adapters")["output"]
+    # what the top held, once, and no "0 of 0 tests are hidden" (TA trial 11)
+    assert said.startswith("No adapters.py at the top of the submission, which holds ") and "No test could run" in said
+    assert said.count("adapters.py at the top") == 1 and " of 0 tests" not in said, said
 
 
 # ---------------------------------------------------------------- attacks

@@ -206,6 +206,18 @@ def test_submissions_whose_safe_names_collide_or_run_long_each_get_their_own():
     assert names == submission_names(given), "the same batch gets the same names"
 
 
+def test_a_submission_named_apart_in_its_batch_keeps_that_name_when_regraded_alone():
+    """TA trial 11 graded `reference` and `reference.zip` together (each took a digest of its file name),
+    then regraded `reference` alone: it went under a third name, a third row. Alone, a submission takes
+    the name its earlier grading gave it where --out holds a result under that name."""
+    from harness.grading.grade import submission_names
+    batch = submission_names([Path("subs/reference"), Path("subs/reference.zip"), Path("subs/bob")])
+    assert batch[0] != batch[1] and batch[0].startswith("reference-") and batch[2] == "bob", batch
+    assert submission_names([Path("elsewhere/reference")], earlier=set(batch)) == [batch[0]]
+    assert submission_names([Path("subs/reference")]) == ["reference"]  # a first grading: its plain name
+    assert submission_names([Path("subs/bob")], earlier=set(batch)) == ["bob"]
+
+
 def test_the_seccomp_filter_denies_system_v_and_queue_ipc():
     """A message queue, a shared-memory segment or a semaphore set outlives its process and is shared
     by a uid: without an IPC namespace (no bubblewrap), a later submission under the same uid read a

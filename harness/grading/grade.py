@@ -36,6 +36,7 @@ import threading
 import time
 import zipfile
 import zlib
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
@@ -440,12 +441,15 @@ def submission_name(submission: Path) -> str:
     return "_" + name if name.startswith(".") or name in ("", *BATCH_FILES) else name
 
 
-def submission_names(submissions: list[Path]) -> list[str]:
+def submission_names(submissions: list[Path], earlier: Collection[str] = ()) -> list[str]:
     """One distinct name per submission: where two make the same safe name ("a b" and "a_b"),
-    each takes a short digest of its own file name too, so neither overwrites the other."""
+    each takes a short digest of its own file name too, so neither overwrites the other. A name
+    that took its digest in an earlier batch (`earlier`: the result folders in --out) keeps it when
+    graded alone, so that a regrade replaces its row (TA trial 11 got a third row instead)."""
     names = [submission_name(s) for s in submissions]
     taken = {n for n in names if names.count(n) > 1}
-    return [f"{n}-{_digest(s.name)}" if n in taken else n for n, s in zip(names, submissions)]
+    return [f"{n}-{_digest(s.name)}" if n in taken or f"{n}-{_digest(s.name)}" in earlier else n
+            for n, s in zip(names, submissions)]
 
 
 def _digest(text: str) -> str:
@@ -472,7 +476,11 @@ def _unpack(submission: Path, into: Path) -> Path:
     if adapters.is_symlink():
         raise BadSubmission("adapters.py is a symbolic link; submit the file itself")
     if not adapters.is_file():
-        raise BadSubmission("no adapters.py at the top of the submission")
+        top = sorted(p.name for p in root.iterdir())
+        held = ", ".join(printable(n)[:60] for n in top[:8]) + (", ..." if len(top) > 8 else "") if top else "nothing"
+        zipped = " (a .zip inside it is not opened)" if any(n.endswith(".zip") for n in top) else ""
+        raise BadSubmission(f"no adapters.py at the top of the submission, which holds {held}: submit adapters.py "
+                            f"and student/ themselves, or one folder that holds them{zipped}")
     return root
 
 
@@ -578,7 +586,10 @@ def results_json(graded: Graded, term: str) -> dict:
     the total (Gradescope hides it while any test is unpublished)."""
     scores = graded.scores()
     status_note = STATUS_NOTES[graded.status]
-    if graded.status in ("bad-submission", "no-adapters"):  # a grader-error's details are the staff's
+    if graded.status == "no-adapters":  # its output says it, with what the submission held (TA trial 11: twice)
+        said = graded.output[:2000]
+        status_note = said[:1].upper() + said[1:] + ".\n"
+    elif graded.status == "bad-submission":  # a grader-error's details are the staff's
         status_note += graded.output[:2000] + "\n"
     if graded.status == "import-error":
         status_note += graded.import_error + "\n"
@@ -605,11 +616,12 @@ def results_json(graded: Graded, term: str) -> dict:
                           "status": "passed" if earned == most else "failed", "output": POINTS_NOTE,
                           "visibility": "after_published", "tags": unit.get(fn, [])})
     hidden = sum(t.hidden for t in graded.tests)
+    ran = (f"The tests below show what your code did on the public cases; they carry no points. {hidden} of "
+           f"{len(graded.tests)} tests are hidden, and they, the points and the total appear when grades are "
+           "published." if graded.tests else "No test could run, so the score is 0: fix the above and submit again.")
     return {
         "score": round(graded.score, 4),
-        "output": (f"{status_note}Term {term}. The tests below show what your code did on the public cases; "
-                   f"they carry no points. {hidden} of {len(graded.tests)} tests are hidden, and they, the "
-                   "points and the total appear when grades are published."),
+        "output": f"{status_note}Term {term}. {ran}",
         "visibility": "after_published",
         "stdout_visibility": "hidden",
         "tests": tests,
@@ -660,7 +672,8 @@ def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs
     that grades one submission and is thrown away (Gradescope's), whose shared folders the grader may
     fix rather than refuse. `reuse_sandboxes`: a slot's sandbox serves its next submission once clean
     (Sandbox.finish). Returns this run's results, in the order given."""
-    names = submission_names(submissions)  # over the whole list, so that every shard names alike
+    earlier = {p.name for p in out.iterdir() if (p / RECORD).is_file()} if out.is_dir() else set()
+    names = submission_names(submissions, earlier)  # over the whole list, so that every shard names alike
     if len(set(names)) != len(names):  # the same file given twice
         raise ValueError("a submission is given twice: " + ", ".join(sorted({n for n in names if names.count(n) > 1})))
     if shard is not None:
