@@ -505,3 +505,12 @@ def test_without_bubblewrap_what_a_worker_uid_leaves_anywhere_it_can_write_is_re
     finally:
         for path in left:
             remove_tree(path)
+
+
+def test_the_advice_without_bubblewrap_says_whether_it_is_installed(monkeypatch):
+    """TA trial 11 read "bubblewrap is installed but cannot make namespaces here", then "(or install bubblewrap)"."""
+    from harness.grading import grade
+    monkeypatch.setattr(grade.shutil, "which", lambda name: "/usr/bin/bwrap")
+    assert "it is installed here" in grade.or_bubblewrap() and "install bubblewrap" not in grade.or_bubblewrap()
+    monkeypatch.setattr(grade.shutil, "which", lambda name: None)
+    assert grade.or_bubblewrap().startswith("(or install bubblewrap")

@@ -124,7 +124,7 @@ class Grader:
             raise BadSetup("the submissions would run as root, free to read the hidden cases and rewrite other "
                            "submissions' grades: bubblewrap cannot run here, and no worker uid can reach this "
                            f"Python (it lives under a folder only root may enter, such as /root). {SAFE_SETUP} "
-                           f"{self.protections.describe()}")
+                           f"{or_bubblewrap()} {self.protections.describe()}")
         # Without bubblewrap the worker sees the host's files: its uid must find none of the grader's
         # open, and what it leaves in any folder it can write to is removed after it.
         self.writable = None
@@ -256,10 +256,19 @@ class Grader:
 
 
 # Where bubblewrap cannot run: a Python every uid can reach, outside the project, which is then closed.
-SAFE_SETUP = ("Install bubblewrap, or grade from a venv of the system's Python outside the project and outside "
-              "folders only root may enter, then close the project to other users: /usr/bin/python3 -m venv "
-              "/opt/harness-venv && /opt/harness-venv/bin/pip install -e PROJECT && chmod o= PROJECT "
-              "(as gradescope/setup.sh and run_autograder do).")
+SAFE_SETUP = ("Grade from a venv of the system's Python outside the project and outside folders only root may "
+              "enter, then close the project to other users: /usr/bin/python3 -m venv /opt/harness-venv && "
+              "/opt/harness-venv/bin/pip install -e PROJECT && chmod o= PROJECT (as gradescope/setup.sh and "
+              "run_autograder do).")
+
+
+def or_bubblewrap() -> str:
+    """The other way out, said as it is here (TA trial 11 read "installed but cannot make namespaces" and then
+    "install bubblewrap"): a submission under bubblewrap sees none of the host's files."""
+    if shutil.which("bwrap"):
+        return ("(or grade where bubblewrap can make its namespaces: it is installed here, but this machine or "
+                "container refuses them; a submission under it sees none of the host's files)")
+    return "(or install bubblewrap: a submission then sees none of the host's files)"
 
 
 def refuse_unsticky(writable: list[Path], fix: bool = False) -> None:
@@ -285,7 +294,7 @@ def refuse_unsticky(writable: list[Path], fix: bool = False) -> None:
             + "): there a "
             "submission could delete others' files, and leave what it read for a later one in the folder's "
             "extended attributes. Set it, then grade again:\n    chmod +t "
-            + " ".join(shlex.quote(str(f)) for f in unsticky) + "\n(or install bubblewrap: a submission then sees none of them)")
+            + " ".join(shlex.quote(str(f)) for f in unsticky) + "\n" + or_bubblewrap())
 
 
 def refuse_readable(project: Path, submissions: list[Path] = (), out: Path | None = None,
@@ -299,8 +308,9 @@ def refuse_readable(project: Path, submissions: list[Path] = (), out: Path | Non
         raise BadSetup(
             "bubblewrap cannot run here, so each submission's code would run under a uid of its own with the host's "
             f"files in view, and that uid can read {len(elsewhere)} copies of a project's answers outside this one: "
-            + ", ".join(map(str, elsewhere)) + ". Close what holds them to other users, then grade again:\n    chmod o= "
-            + " ".join(shlex.quote(str(r)) for r in roots) + "\n(or install bubblewrap: a submission then sees none of them)")
+            + ", ".join(map(str, elsewhere)) + ". Close what holds them to other users, then grade again (where they "
+            "are not yours, ask their owners, or grade on a machine without them):\n    chmod o= "
+            + " ".join(shlex.quote(str(r)) for r in roots) + "\n" + or_bubblewrap())
     if not found:
         return
     inside = Path(os.path.realpath(sys.prefix)).is_relative_to(os.path.realpath(project))
@@ -315,7 +325,7 @@ def refuse_readable(project: Path, submissions: list[Path] = (), out: Path | Non
         + ". Close them to other users, then grade again:\n    chmod o= "
         + " ".join(shlex.quote(str(p)) for p in found)
         + ("\n(this Python's venv lies inside the project, which must then stay open on the way to it. "
-           if inside else "\n(") + SAFE_SETUP.replace("PROJECT", shlex.quote(str(project))) + ")")
+           if inside else "\n(") + SAFE_SETUP.replace("PROJECT", shlex.quote(str(project))) + ")\n" + or_bubblewrap())
 
 
 class Driver:
