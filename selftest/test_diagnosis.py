@@ -277,3 +277,17 @@ def test_a_match_at_zero_error_reads_exactly():
     assert match_evidence(actual, {"idx": torch.tensor([1, 4]), "val": torch.tensor([1.0, 4.0])}).startswith(
         "exactly equal to it at 2 sampled elements")
     assert "within 0.5" in match_evidence(actual, {"idx": torch.tensor([1]), "val": torch.tensor([1.5])})
+
+
+def test_scattered_errors_get_no_pattern_and_a_constant_is_named():
+    """TA trial 11: a SiLU clamped at -0.2 has wrong elements wherever silu(x) < -0.2. It was told "along axis 1,
+    every index but the first; along axis 2, only 0-2": a pattern of a few scattered elements, and nothing of what
+    they were. A slice pattern is said only where the slices that hold errors are mostly wrong; a constant is named."""
+    from harness.student_run.diagnose import what_differs
+    silu = torch.nn.functional.silu(torch.randn(2, 5, 4, generator=torch.Generator().manual_seed(0)))
+    said = what_differs(silu.clamp(min=-0.25), silu, 1e-5, 1e-4, ["batch", "seq", "d"])  # 8 of 40 wrong
+    assert "along" not in said and said.startswith("every wrong element is exactly -0.25"), said
+    shifted = silu.clone()
+    shifted[:, 1:] += 1  # every position but the first wrong, in every feature: a pattern, and no constant
+    assert what_differs(shifted, silu, 1e-5, 1e-4, ["batch", "seq", "d"]) == \
+        "along seq, every index but the first (index 0 is right)"
