@@ -19,6 +19,9 @@ find_python() {  # system paths only: the worker's uid must be able to read the 
     done
     return 1
 }
+if [ -n "${HARNESS_PYTHON:-}" ] && ! usable "$HARNESS_PYTHON"; then  # said, not skipped in silence (TA trial 11)
+    echo "setup.sh: HARNESS_PYTHON=$HARNESS_PYTHON is not a Python >= 3.11 with venv (the harness needs 3.11); looking for another" >&2
+fi
 if ! PY=$(find_python); then
     apt-get update -qq
     # 22.04: python3.11 from universe; 24.04: its python3.12 needs only the venv module

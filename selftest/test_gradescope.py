@@ -55,7 +55,8 @@ def tree():
     os.chmod(root / "bin" / "bwrap", 0o755)
     env = {"PATH": f"{root / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(root), "LANG": "C.UTF-8",
            "HARNESS_VENV": str(root / "venv"), "HARNESS_TORCH_INDEX": "", "AUTOGRADER": str(autograder),
-           "HARNESS_COPIES_UNDER": str(root)}  # this host holds checkouts (this one, at least): the tree's own
+           "HARNESS_COPIES_UNDER": str(root),  # this host holds checkouts (this one, at least): the tree's own
+           "HARNESS_PYTHON": "/usr/bin/python3.10"}  # Ubuntu 22.04's: too old, said and passed over
     before = _system_packages()
     setup = subprocess.run(["bash", str(source / "setup.sh")], env=env, capture_output=True, text=True,
                            timeout=900)
@@ -99,6 +100,7 @@ def test_setup_makes_a_venv_of_the_graders_own(tree):
     # the harness itself is not installed there: the worker's uid can read the venv
     assert subprocess.run([str(python), "-c", "import harness"], cwd="/", capture_output=True).returncode != 0
     assert tree["system_after"] == tree["system_before"], "setup.sh installed into the system Python"
+    assert "HARNESS_PYTHON=/usr/bin/python3.10 is not a Python >= 3.11" in setup.stderr, setup.stderr[-2000:]
     said = setup.stdout
     assert f"term {TERM} verifies" in said and "unprivileged uid per slot" in said.split("OFF:")[0], said
     assert "filesystem allow-list" in said.split("OFF:")[1], said  # the failing bwrap was found, and not used
