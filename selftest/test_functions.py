@@ -188,7 +188,7 @@ def test_meta_answers_from_the_shape_table_are_the_kernels_own(monkeypatch):
             _reference_on_meta(name)
     assert len(replayed) > 500, "the probes' repeated ops should be answered from the table"
     assert all(replayed), f"{replayed.count(False)} answers are not what the table recorded"
-    for (func, args, kwargs), recorded in probes._META_RESULTS.items():
+    for (func, args, kwargs, _), recorded in probes._META_RESULTS.items():
         with torch.utils._python_dispatch._disable_current_modes():
             out = func(*_rebuilt(args), **dict(_rebuilt(kwargs)))
         if recorded == ("self",):
@@ -238,3 +238,16 @@ def test_an_op_that_reshapes_its_argument_in_place_is_computed_each_time():
         second.unsqueeze_(0)
         return second
     assert run_on_meta(reshaped, torch.ones(3, 4, device="meta")).shape == (1, 3, 4)
+
+
+def test_the_shape_table_answers_under_the_default_dtype_it_was_made_with():
+    """int_tensor * 2.5 makes the default float dtype: a notebook that changes it between checks gets it."""
+    from harness.student_run.probes import run_on_meta
+    ids = torch.ones(3, dtype=torch.long, device="meta")
+    assert run_on_meta(lambda x: x * 2.5, ids).dtype == torch.float32
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert run_on_meta(lambda x: x * 2.5, ids).dtype == torch.float64
+    finally:
+        torch.set_default_dtype(previous)

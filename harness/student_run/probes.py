@@ -195,7 +195,8 @@ def _meta_key(func, args, kwargs, tensors):
     if not tensors or any(t.device.type != "meta" for t in tensors) or _kind(func) is None:
         return None
     try:
-        return func, _described(args), _described(kwargs or {})
+        # the default dtype decides what int_tensor * 2.5 makes (a notebook may change it between checks)
+        return func, _described(args), _described(kwargs or {}), torch.get_default_dtype()
     except _Unkeyable:
         return None
 
