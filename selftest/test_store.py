@@ -216,3 +216,21 @@ def test_compact_storage_reads_back_bit_for_bit(tmp_path, kind):
         assert size < t.numel() * 4 * 0.6, f"{kind}: {size} bytes for {t.numel() * 4} bytes of float32"
     else:
         assert size > t.numel() * 4, f"{kind} is stored as it is"
+
+
+def test_a_mistake_in_a_drill_that_trains_inside_gets_its_fingerprint():
+    """Fingerprints were taken under no_grad alone, where a drill that calls backward inside (the checkpoint
+    drill) raised: none of its mistakes had one, and a checkpoint that drops the optimizer state was told only
+    'what differs' (blind trial 11, pytest -x). Such a call is run again with autograd."""
+    from harness.store import Term
+    from harness.term.build import _variant_output
+
+    class Trains:
+        @staticmethod
+        def drill(x):
+            w = torch.ones(2, requires_grad=True)
+            (w * x).sum().backward()
+            return w.grad.clone()
+    assert torch.equal(_variant_output(Trains, "drill", {"x": torch.tensor([1.0, 2.0])}), torch.tensor([1.0, 2.0]))
+    resumed = [c for c in Term(PROJECT, TERM).cases if c.function == "run_resume_training" and not c.hidden]
+    assert resumed and all("checkpoint_without_optimizer" in c.diagnoses for c in resumed)

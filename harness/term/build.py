@@ -157,11 +157,8 @@ def _add_fingerprints(case: Case, tensors: dict, kwargs: dict, expected, mistake
     for variant in mistakes:
         if (used is not None and not variant.reaches(used)) or (own is not None and not variant.reaches(own)):
             continue
-        torch.manual_seed(0)  # variants with randomness (dropout) still build byte-identical terms
-        try:
-            with torch.no_grad():
-                out = getattr(variant, case.function)(**_fresh(kwargs))
-        except Exception:
+        out = _variant_output(variant, case.function, kwargs)
+        if out is None:
             continue
         out = _narrow(out) if isinstance(out, torch.Tensor) else out
         baseline = expected if expected is not None else torch.zeros_like(out) if isinstance(out, torch.Tensor) else {}
@@ -177,6 +174,20 @@ def _add_fingerprints(case: Case, tensors: dict, kwargs: dict, expected, mistake
         tensors.update({"diag#idx": torch.cat([fp["idx"] for fp in samples]),
                         "diag#val": torch.cat([fp["val"] for fp in samples]),
                         "diag#sizes": torch.tensor([fp["idx"].numel() for fp in samples], dtype=torch.int32)})
+
+
+def _variant_output(variant, function: str, kwargs: dict):
+    """The variant's result on these arguments, or None where it raises. Without autograd first (cheaper);
+    a call that trains inside (a checkpoint or training drill calls backward) runs with it: under no_grad
+    alone those raised, and no drill's mistake ever had a fingerprint (blind trial 11's vague checkpoint)."""
+    for grad in (False, True):
+        torch.manual_seed(0)  # variants with randomness (dropout) still build byte-identical terms
+        try:
+            with torch.set_grad_enabled(grad):
+                return getattr(variant, function)(**_fresh(kwargs))
+        except Exception:
+            continue
+    return None
 
 
 def _fresh(kwargs: dict) -> dict:
