@@ -2354,3 +2354,15 @@ register("adamw_v_correction_t_plus_1", "AdamW whose v correction is 1 - beta2^(
          hint=("v's bias correction 1 - beta2^(t + 1) while m's is 1 - beta1^t: both use the same step count t, "
                "1 at the first step"),
          optimizer__AdamW=_set(_AdamW, v_t_offset=1))
+
+
+def _batch_swapped(dataset, batch_size, context_length, device, get_batch=training.get_batch):
+    """(y, x) for (x, y): the window and its next tokens swapped (blind trial 11)."""
+    x, y = get_batch(dataset, batch_size, context_length, device)  # the reference's, bound before the patch
+    return y, x
+
+
+register("batch_x_y_swapped", "get_batch returns (y, x): the targets first",
+         hint=("x and y swapped: return (x, y), the window dataset[s : s + context_length] first, then its next "
+               "tokens dataset[s + 1 : s + context_length + 1]"),
+         named_by="x and y are swapped", training__get_batch=_batch_swapped)

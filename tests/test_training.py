@@ -161,7 +161,9 @@ def test_batches_are_windows_and_their_next_tokens(adapters, memmap):
     assert windows.all(), f"x rows must be consecutive ids dataset[s : s + {T}]; got {x[~windows][0].tolist()}"
     assert torch.equal(y, x + 1), (
         f"y must be x shifted by one token, y = dataset[s + 1 : s + {T} + 1]; for x {x[0, 0].tolist()} got y "
-        f"{y[0, 0].tolist()}" + (": the targets are not shifted" if torch.equal(y, x) else ""))
+        f"{y[0, 0].tolist()}" + (": the targets are not shifted" if torch.equal(y, x) else
+                                 ": x and y are swapped (return the window first, then its next tokens)"
+                                 if torch.equal(x, y + 1) else ""))
 
 
 @adapter("run_sample_batches")
