@@ -163,12 +163,14 @@ class _MetaWatcher(_Mode):
         key = _meta_key(func, args, kwargs, tensors)
         if key is not None and key in _META_RESULTS:
             return _replay(_META_RESULTS[key], args)
+        in_place = key is not None and _kind(func) == "self"
+        layout = _described(args[0]) if in_place else None
         out = func(*args, **(kwargs or {}))
-        if key is not None and (_kind(func) == "new" or _described(args[0]) == key[1][1][0]):
+        # in place, only where the layout stays (not unsqueeze_, t_ or resize_): then the tensor is the answer
+        if key is not None and not (in_place and _described(args[0]) != layout):
             if len(_META_RESULTS) >= META_RESULTS_KEPT:
                 _META_RESULTS.clear()
-            # in place, only where the layout stays (not unsqueeze_, t_ or resize_): then the tensor is the answer
-            _META_RESULTS[key] = _recorded(out) if _kind(func) == "new" else ("self",)
+            _META_RESULTS[key] = ("self",) if in_place else _recorded(out)
         # a CPU tensor the call made, and what it computes from one (a table's rows, a product), keep its origin
         origin = f"made by torch.{func.overloadpacket.__name__}(...)" if not tensors else next(
             (self.cpu_made[t.untyped_storage().data_ptr()] for t in tensors
