@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conftest import PROJECT, reference_as_student
+from harness.student_run import parallel
 from reference.submission import variant_as_student
 
 # Appended to a submission's adapters.py: every call writes its process id to $PID_LOG; run_silu warns;
@@ -81,6 +82,16 @@ def test_a_split_run_reports_what_one_process_reports(tmp_path):
     again = pytest_command(sub, "--jobs", "2", "-p", "cacheprovider", "-o", f"cache_dir={cache}",
                            log=tmp_path / "again.pids", junit=tmp_path / "again.xml")
     assert again[2] == one[2], again[1][-3000:]
+
+
+def test_a_skip_reported_by_a_child_reads_as_a_skip_made_here(pytestconfig):
+    """Which process runs a skip depends on timing: one replayed from a child once crashed junitxml
+    (CI, a split run) because JSON had made its (file, line, reason) a list."""
+    skip = pytest.TestReport("tests/t.py::t", ("tests/t.py", 4, "t"), {}, "skipped",
+                             ("tests/t.py", 5, "Skipped: not run: fix run_rope on the CPU first"), "call")
+    data = pytestconfig.hook.pytest_report_to_serializable(config=pytestconfig, report=skip)
+    relayed = parallel.report_from_wire(pytestconfig, json.loads(json.dumps(data, default=str)))
+    assert isinstance(relayed.longrepr, tuple) and relayed.longrepr == skip.longrepr, relayed.longrepr
 
 
 def test_a_process_that_dies_fails_the_test_it_was_in_and_the_run_goes_on(tmp_path):

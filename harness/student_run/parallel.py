@@ -199,6 +199,15 @@ def _own_capture(config) -> None:
     capman.start_global_capturing()
 
 
+def report_from_wire(config, data: dict):
+    """A child's test report as pytest made it: JSON turned a skip's (file, line, reason) into a
+    list, and junitxml, the skip summary and the plugin's own skip reading expect a tuple."""
+    report = config.hook.pytest_report_from_serializable(config=config, data=data)
+    if isinstance(report.longrepr, list):
+        report.longrepr = tuple(report.longrepr)
+    return report
+
+
 class _Sender:
     """The child's end: the log events of each test, sent as one length-prefixed JSON message when
     the test is done (a message per event woke the parent a thousand times a run)."""
