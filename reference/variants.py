@@ -433,7 +433,7 @@ def _softmax_no_max(x, dim):
 
 
 def _attention(*, scale=True, invert=False, mask_after=False, dim=-1, swap_qk=False, scale_by="d_k",
-               mask_required=False, causal_when_none=False, in_16_bits=False, root=True):
+               mask_required=False, causal_when_none=False, in_16_bits=False, root=True, fill=float("-inf")):
     def sdpa(Q, K, V, mask=None):
         if not in_16_bits:  # float32 inside, as the reference
             return sdpa_in(widen(Q), widen(K), widen(V), mask).to(Q.dtype)
@@ -449,7 +449,7 @@ def _attention(*, scale=True, invert=False, mask_after=False, dim=-1, swap_qk=Fa
             return attention.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ V
         keep = None if mask is None else (~mask if invert else mask)
         if keep is not None and not mask_after:
-            scores = scores.masked_fill(~keep, float("-inf"))
+            scores = scores.masked_fill(~keep, fill)
         probs = attention.softmax(scores, dim=dim)
         if keep is not None and mask_after:
             probs = probs * keep
@@ -2366,3 +2366,10 @@ register("batch_x_y_swapped", "get_batch returns (y, x): the targets first",
          hint=("x and y swapped: return (x, y), the window dataset[s : s + context_length] first, then its next "
                "tokens dataset[s + 1 : s + context_length + 1]"),
          named_by="x and y are swapped", training__get_batch=_batch_swapped)
+
+
+# Blind trial 11 (MISSED): a finite fill passes wherever every real score is far above it
+register("attention_mask_fill_minus_1e4", "masked scores filled with -1e4 instead of -inf",
+         hint=("masked scores set to a finite -1e4: a real score can lie below it (the far-negative-scores case's "
+               "are about -14,000), and then the masked key takes the weight; fill with -inf"),
+         named_by="finite -1e4", attention__scaled_dot_product_attention=_attention(fill=-1e4))

@@ -36,6 +36,7 @@ class Gen:
             t = on_grid(t) if p.get("grid") else t.to(getattr(torch, p["dtype"]))
         elif self.kind == "ints":
             t = torch.randint(p["low"], p["high"], self.shape, generator=g)
+            t = t.to(getattr(torch, p["dtype"])) if "dtype" in p else t
         elif self.kind == "mask":
             t = torch.rand(self.shape, generator=g) < 0.5
             # Every query keeps at least one key: fully masked rows are undefined.
@@ -78,9 +79,10 @@ def on_grid(t: torch.Tensor) -> torch.Tensor:
     return ((t / step).round() * step + 0.0).to(torch.float32)  # + 0.0: no -0.0, which 16 bits cannot hold
 
 
-def ints(*shape, high, low=0) -> Gen:
-    """Uniform int64 ids or positions in [low, high)."""
-    return Gen("ints", shape, {"low": low, "high": high})
+def ints(*shape, high, low=0, dtype=None) -> Gen:
+    """Uniform int64 ids or positions in [low, high); `dtype` ("float32"): whole numbers in a float
+    tensor, whose products and sums are exact, so large values stay comparable across formulas."""
+    return Gen("ints", shape, {"low": low, "high": high, **({"dtype": dtype} if dtype else {})})
 
 
 def mask(*shape, padded: int = 0) -> Gen:
@@ -501,6 +503,12 @@ UNIT_2_2 = [
     case("run_scaled_dot_product_attention", "sharp-scores", "Q, K scaled by 8: scores span hundreds inside one row",
          tolerance=SHARP,
          Q=normal(2, 3, 6, scale=8.0), K=normal(2, 4, 6, scale=8.0), V=normal(2, 4, 5), mask=None),
+    # Whole numbers, d_k 16 (scale 1/4, and SDPA's sqrt(1/4) on each side, exact): every score is an exact
+    # multiple of 1/4 near -14,000, below a finite fill such as -1e4 (blind trial 11: -1e4 passed every case)
+    case("run_scaled_dot_product_attention", "far-negative-scores", "whole-number Q near +60 and K near -60, "
+         "d_k 16: every score about -14,000, below a finite mask fill of -1e4; random mask",
+         Q=ints(2, 4, 16, low=55, high=66, dtype="float32"), K=ints(2, 5, 16, low=-65, high=-54, dtype="float32"),
+         V=normal(2, 5, 3), mask=mask(2, 4, 5)),
     case("run_scaled_dot_product_attention", "fp16", "float16 Q [2, 3, 24, 16], K [2, 3, 20, 16], V [2, 3, 20, 12], "
          "random mask: scores and softmax in float32", Q=normal(2, 3, 24, 16, dtype="float16"),
          K=normal(2, 3, 20, 16, dtype="float16"), V=normal(2, 3, 20, 12, dtype="float16"), mask=mask(2, 3, 24, 20)),
