@@ -465,6 +465,7 @@ class _MHA(attention.MultiHeadSelfAttention):
     merge_layout = None  # the merge's own layout, where it differs from the split's
     rope_on_d_model = False
     rotate_values = False  # RoPE on V as well as Q and K
+    output_projection = True  # False: the merged heads returned without W_o
     fused = False  # torch's scaled_dot_product_attention in place of the reference's own
     positions = "reference"  # or "meet_heads", "ignored", "skipped_when_none", "cpu_default", "unhandled_none",
     # "asserted"
@@ -497,9 +498,10 @@ class _MHA(attention.MultiHeadSelfAttention):
         mask = self.causal_mask(seq, x.device)
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask) if self.fused \
             else attention.scaled_dot_product_attention(q, k, v, mask)
+        project = self.output_proj if self.output_projection else (lambda merged: merged)
         if not self.transpose_merge:  # [..., h, s, e] read as [..., s, h*e]: positions and heads mix
-            return self.output_proj(out.reshape(*out.shape[:-3], seq, d))
-        return self.output_proj(rearrange(out, f"... h s e -> ... s ({self.merge_layout or self.heads_layout})"))
+            return project(out.reshape(*out.shape[:-3], seq, d))
+        return project(rearrange(out, f"... h s e -> ... s ({self.merge_layout or self.heads_layout})"))
 
     def __init__(self, d_model, num_heads, max_seq_len=None, theta=None, device=None, dtype=None):
         super().__init__(d_model, num_heads, max_seq_len, theta, device=device, dtype=dtype)
@@ -741,9 +743,13 @@ register("rope_in_16_bits", "RoPE rotates a float16/bfloat16 x with 16-bit cos a
 class _RMSNorm(model.RMSNorm):
     center, axis, use_gain, upcast, fixed_eps, module_dtype, einops_3d = False, -1, True, True, None, False, False
     eps_outside = False
+    gain_first = False  # x * gain normalised: the gain divides out of its own RMS
 
     def forward(self, x):
         wide = x.float() if self.upcast is True or x.dtype == self.upcast else x
+        if self.gain_first:
+            gained = wide * self.weight
+            return (gained / torch.sqrt(gained.pow(2).mean(dim=-1, keepdim=True) + self.eps)).to(x.dtype)
         if self.center:
             wide = wide - wide.mean(dim=self.axis, keepdim=True)
         eps = self.fixed_eps if self.fixed_eps is not None else self.eps
@@ -842,6 +848,7 @@ class _Block(model.TransformerBlock):
 
 class _LM(model.TransformerLM):
     probabilities, log_probabilities, dropout, plain_list = False, False, 0.0, False
+    final_norm = True  # False: the last block's output goes to the head unnormalised
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -855,7 +862,7 @@ class _LM(model.TransformerLM):
         x = widen(rows)
         for layer in self.layers:
             x = F.dropout(layer(x), p=self.dropout, training=True) if self.dropout else layer(x)
-        logits = self.lm_head(self.ln_final(x))
+        logits = self.lm_head(self.ln_final(x) if self.final_norm else x)
         if self.log_probabilities:
             return logits.log_softmax(dim=-1).to(rows.dtype)
         return (logits.softmax(dim=-1) if self.probabilities else logits).to(rows.dtype)
@@ -2002,6 +2009,7 @@ class _AdamW(optimizer.AdamW):
     m_weights_swapped = False  # m = (1 - beta1) m + beta1 g: m.lerp_(g, beta1)
     eps_times_lr = False    # eps * lr added to the root: 0/0 where v is 0 at lr = 0 (warmup's first step)
     state_on_cpu = False    # m and v made by torch.zeros(p.shape): on the CPU, whatever p's device
+    fixed_betas = None      # betas written into the code (torch's (0.9, 0.999)), the group's ignored
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -2013,6 +2021,7 @@ class _AdamW(optimizer.AdamW):
             eps = eps if self.fixed_eps is None else self.fixed_eps
             eps = eps * lr if self.eps_times_lr else eps
             beta1, beta2 = (beta2, beta1) if self.swap_betas else (beta1, beta2)
+            beta1, beta2 = self.fixed_betas or (beta1, beta2)
             if self.decay_without_grad:
                 for p in group["params"]:
                     if p.grad is None:
@@ -2373,3 +2382,36 @@ register("attention_mask_fill_minus_1e4", "masked scores filled with -1e4 instea
          hint=("masked scores set to a finite -1e4: a real score can lie below it (the far-negative-scores case's "
                "are about -14,000), and then the masked key takes the weight; fill with -inf"),
          named_by="finite -1e4", attention__scaled_dot_product_attention=_attention(fill=-1e4))
+
+
+# Blind trial 11 (VAGUE: only "what differs"): a knob each, so the fixture tests name them
+def _ce_summed(inputs, targets):
+    x = _upcast(inputs)  # the per-position losses added up, not averaged
+    return (torch.logsumexp(x, dim=-1) - x.gather(-1, targets[..., None])[..., 0]).sum().to(inputs.dtype)
+
+
+register("cross_entropy_summed", "cross-entropy summed over the positions instead of averaged",
+         hint=("the per-position losses summed; the loss is their mean over every position of every leading axis "
+               "(.mean(), not .sum())"), named_by="losses summed", training__cross_entropy=_ce_summed)
+register("adamw_betas_hard_coded", "AdamW with betas written into the code, (0.9, 0.999)",
+         hint=("betas written into the code, (0.9, 0.999), where the group's are other; read them from "
+               "group['betas'] at each step"), named_by="betas written into the code",
+         optimizer__AdamW=_set(_AdamW, fixed_betas=(0.9, 0.999)))
+register("adamw_without_weight_decay", "AdamW that never applies its weight decay",
+         hint=("no weight decay; AdamW also shrinks each stepped parameter, p -= lr * weight_decay * p, apart from "
+               "the Adam update"), named_by="no weight decay", optimizer__AdamW=_set(_AdamW, decay="none"))
+register("mha_without_output_projection", "multi-head attention returns the merged heads without W_o",
+         hint="the merged heads returned without the output projection; apply W_o (output_proj_weight) last",
+         named_by="without the output projection",
+         attention__MultiHeadSelfAttention=_set(_MHA, output_projection=False))
+register("lm_without_final_norm", "the transformer LM skips its final RMSNorm",
+         hint="the last block's output sent to the LM head unnormalised; apply ln_final (RMSNorm) before lm_head",
+         named_by="unnormalised", model__TransformerLM=_set(_LM, final_norm=False))
+register("rmsnorm_gain_before_rms", "RMSNorm multiplies by the gain before dividing by the RMS",
+         hint=("the gain applied before the RMS, so it divides out of its own norm; divide x by the RMS of x, then "
+               "multiply by the gain"), named_by="gain applied before the RMS",
+         model__RMSNorm=_set(_RMSNorm, gain_first=True))
+register("layernorm_statistics_over_everything", "LayerNorm's mean and variance over the whole tensor",
+         hint=("one mean and variance over the whole tensor; each position is normalised by its own statistics over "
+               "d_model, the last axis"), named_by="over the whole tensor",
+         gpt2__LayerNorm=_set(_LayerNorm, axis=None))
