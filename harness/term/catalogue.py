@@ -1025,6 +1025,9 @@ TRAIN_RUN: list[Spec] = [
          "token's row): the group's eps halves every step; beta2 0.5, lr 5e-5; table [8, 3]; 40 steps",
          lr=5e-5, beta1=0.9, beta2=0.5, eps=1e-6, weight_decay=0.01, params={"table": normal(8, 3)},
          grads={"table": normal(40, 8, 3, scale=1e-6)}, has_grad={"table": mask(40)}),
+    # the smallest case: the device probe runs it (three steps on meta tensors, not 25 to 60)
+    case("run_adamw_steps", "first-steps", "a [3] parameter, 3 steps, betas (0.8, 0.95): the first steps, where the "
+         "bias corrections are largest", **ADAMW_OTHER, **adamw_inputs(3, weight=(3,))),
     case("run_adamw_steps", "hidden-shapes", "", hidden=True, **ADAMW_OTHER,
          **adamw_inputs(50, a=(3, 5), b=(4,), c=(2, 2, 3))),
 
@@ -1033,6 +1036,8 @@ TRAIN_RUN: list[Spec] = [
          **ADAMW, resume_at=10, **adamw_inputs(30, matrix=(5, 3), vector=(4,))),
     case("run_adamw_resumed", "resume-at-23", "betas (0.8, 0.95); table [9, 2], resumed before step 23 of 40",
          **ADAMW_OTHER, resume_at=23, **adamw_inputs(40, table=(9, 2), gain=(2,))),
+    case("run_adamw_resumed", "resume-at-1", "a [2, 2] parameter, resumed right after the first of 3 steps",
+         **ADAMW_OTHER, resume_at=1, **adamw_inputs(3, weight=(2, 2))),
     case("run_adamw_resumed", "hidden-resume", "", hidden=True, **ADAMW, resume_at=17,
          **adamw_inputs(35, a=(4, 3), b=(6,))),
 
