@@ -1158,6 +1158,13 @@ def run_sample_batches(
             tokens.astype(np.uint16).tofile(path)
             tokens = np.memmap(path, dtype=np.uint16, mode="r", shape=tokens.shape)
         batches = [impl.training.get_batch(tokens, batch_size, context_length, device) for _ in range(num_batches)]
+        for x, y in batches:
+            if tuple(x.shape) != (batch_size, context_length) or tuple(y.shape) != (batch_size, context_length):
+                short = x.shape == (batch_size, context_length) and y.shape[-1:] < x.shape[-1:]
+                raise ValueError(f"get_batch returned x of shape {list(x.shape)} and y of shape {list(y.shape)}; "
+                                 f"both must be [batch_size, context_length] = {[batch_size, context_length]}" +
+                                 ("; a y window shorter than x ran past the end: the valid starts are 0 .. "
+                                  "len(dataset) - context_length - 1" if short else ""))
         # copies into one tensor, not torch.stack: stack of meta tensors imports torch._dynamo (a second)
         x = batches[0][0]
         out = torch.empty((num_batches, 2, batch_size, context_length), dtype=x.dtype, device=x.device)

@@ -129,10 +129,22 @@ def _batches(adapters, dataset, batch_size, context_length, num_batches, seed, m
     except NOT_RUN:
         raise
     except Exception as e:  # noqa: BLE001 - the student's get_batch raised
+        said = f"get_batch raised {type(e).__name__} ({str(e)[:300]}) on {len(dataset)} ids with context_length " \
+               f"{context_length}"
+        if "get_batch returned x of shape" in str(e):  # the adapter's shape check: the shapes say what is wrong
+            raise AssertionError(said) from None
         raise AssertionError(
-            f"get_batch raised {type(e).__name__} ({str(e)[:200]}) on {len(dataset)} ids with context_length "
-            f"{context_length}. The valid starts are 0 .. {len(dataset) - context_length - 1}: a start of "
-            f"len(dataset) - context_length or more runs past the end, and its y window comes out short") from None
+            f"{said}. The valid starts are 0 .. {len(dataset) - context_length - 1}; if a start can be "
+            f"len(dataset) - context_length or more, its y window runs past the end and comes out short") from None
+
+
+def _windows_or_fail(out) -> None:
+    """The starts are read from x's first column, which needs (x, y) to be a window and its next tokens."""
+    x, y = out[:, 0], out[:, 1]
+    if not torch.equal(y, x + 1):
+        raise AssertionError("the batches are not a window x and its next tokens y = x + 1 (see "
+                             "test_batches_are_windows_and_their_next_tokens), so the starts, read from x's first "
+                             "column, cannot be judged until they are")
 
 
 def binomial_bounds(n: int, p: float, tail: float) -> tuple[int, int]:
@@ -175,6 +187,7 @@ def test_starts_are_uniform_over_every_valid_start(adapters):
     that is never drawn (the last one, with randint's exclusive high taken as inclusive), a start past the
     end, or a skewed draw fails."""
     out = _batches(adapters, torch.arange(N), B, T, CALLS, seed=0)
+    _windows_or_fail(out)
     starts = out[:, 0, :, 0].flatten()
     k = N - T
     assert int(starts.min()) >= 0 and int(starts.max()) <= k - 1, (
@@ -201,7 +214,9 @@ def test_rows_are_drawn_independently(adapters):
     A draw without replacement (np.random.choice(..., replace=False), a permutation) never repeats one: its
     rows depend on each other (blind trial 11: replace=False passed every other test)."""
     k, calls = 8, 4
-    starts = _batches(adapters, torch.arange(k + T), k, T, calls, seed=0)[:, 0, :, 0]
+    out = _batches(adapters, torch.arange(k + T), k, T, calls, seed=0)
+    _windows_or_fail(out)
+    starts = out[:, 0, :, 0]
     assert not all(len(set(row.tolist())) == k for row in starts), (
         f"rows are not drawn independently: with {k} valid starts and batch_size {k}, each of {calls} calls drew "
         f"every start exactly once, a permutation ({k}!/{k}^{k} = 0.24% of independent batches do that; "
