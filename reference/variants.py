@@ -2415,3 +2415,15 @@ register("layernorm_statistics_over_everything", "LayerNorm's mean and variance 
          hint=("one mean and variance over the whole tensor; each position is normalised by its own statistics over "
                "d_model, the last axis"), named_by="over the whole tensor",
          gpt2__LayerNorm=_set(_LayerNorm, axis=None))
+
+
+class _FrozenTable(emb.Embedding):
+    """The table made with requires_grad=False (blind trial 12: a raw 'does not require grad' traceback)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.weight.requires_grad_(False)
+
+
+register("embedding_table_requires_grad_false", "the embedding table is an nn.Parameter with requires_grad=False",
+         named_by="requires_grad=False, so it never trains", embeddings__Embedding=_FrozenTable)

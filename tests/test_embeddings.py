@@ -155,6 +155,9 @@ def test_embedding_module_rejects_ids_outside_the_vocabulary(adapters):
 @adapter("get_embedding")
 def test_embedding_module_trains_its_table(adapters):
     module = adapters.get_embedding(20, 4)
+    frozen = [name for name, p in module.named_parameters() if not p.requires_grad]
+    assert not frozen, (f"{', '.join(frozen)} has requires_grad=False, so it never trains: an LLM's embeddings train "
+                        "jointly with every other weight from the first step (leave nn.Parameter's default, True)")
     module(torch.tensor([[1, 1, 3]])).sum().backward()
     (table,) = module.parameters()
     assert table.grad is not None, "no gradient reached the table: is it an nn.Parameter used in forward?"
