@@ -1645,7 +1645,9 @@ def run_load_checkpoint(
     train(model, optimizer, range(save_at))
     with tempfile.TemporaryDirectory() as folder:
         checkpoint = os.path.join(folder, "checkpoint") if to_file else io.BytesIO()
-        impl.training.save_checkpoint(model, optimizer, save_at, checkpoint)
+        # saved as a loop saves: the 0-based index of the iteration just done, which is not the optimizer's
+        # step count (blind trial 12: returning the optimizer's step count passed)
+        impl.training.save_checkpoint(model, optimizer, save_at - 1, checkpoint)
         saved, saved_optimizer = model, optimizer
         model, optimizer = fresh(1.0)  # the run that never stopped goes on in a copy of the saved one
         model.load_state_dict(saved.state_dict())
@@ -1662,13 +1664,14 @@ def run_load_checkpoint(
     if isinstance(iteration, bool) or not isinstance(iteration, numbers.Integral):  # a tensor(4) == 4 too
         raise ValueError(f"load_checkpoint returned the iteration as a {type(iteration).__name__}: return an int "
                          "(int(...) of what the checkpoint holds)")
-    if iteration != save_at:
-        raise ValueError(f"load_checkpoint returned iteration {iteration!r}; the checkpoint was saved at {save_at}")
+    if iteration != save_at - 1:
+        raise ValueError(f"load_checkpoint returned iteration {iteration!r}; the checkpoint was saved with iteration "
+                         f"{save_at - 1}: return the iteration save_checkpoint was given, not a count kept by the optimizer")
     if not all(bool(p.isfinite().all()) for p in resumed.parameters()):
         raise ValueError("the weights load_checkpoint restored came from the model object saved, which this drill "
                          "overwrote (NaN) after saving, not from the checkpoint: write copies of the state "
                          "(state_dict()) to the file, not references to the live model and optimizer")
-    train(resumed, resumed_optimizer, range(iteration, len(inputs)))
+    train(resumed, resumed_optimizer, range(iteration + 1, len(inputs)))
     return torch.stack([torch.cat([p.detach().flatten() for p in m.parameters()]) for m in (model, resumed)])
 """, points=2, tolerance=(1e-4, 1e-3), gradients=False,
          no_device_probe="a checkpoint copies each tensor's data into bytes, and meta tensors hold none")
@@ -1684,12 +1687,13 @@ def run_resume_training(
     """A drill of run_save_checkpoint and run_load_checkpoint (you write nothing here): a small model
     (weights w1, w2; x -> w2 tanh(w1 x)) trains on the mean squared error, one step per (inputs[i],
     targets[i]), with an optimizer of the harness's own (a momentum buffer and a step count per
-    parameter, in optimizer.state: what a checkpoint must restore, as it must AdamW's). At
-    step save_at your save_checkpoint saves it (to a file with to_file, else to an io.BytesIO), and the
+    parameter, in optimizer.state: what a checkpoint must restore, as it must AdamW's). After
+    save_at steps your save_checkpoint saves it with iteration save_at - 1, the 0-based index of the
+    step just done, as a training loop saves (to a file with to_file, else to an io.BytesIO), and the
     run goes on to the last step, in a copy (the model and optimizer saved are then overwritten: what is
     restored must come from the checkpoint itself). A second model, with other weights and a fresh
-    optimizer, is restored by your load_checkpoint, which must return save_at, and trains from there
-    to the last step.
+    optimizer, is restored by your load_checkpoint, which must return that iteration (not a count
+    kept by the optimizer), and trains from the next one to the last step.
 
     Returns the final weights of both runs, flattened: out[0] the run that never stopped, out[1] the
     resumed one. They must be equal bit for bit: model, optimizer state and iteration all restored.
