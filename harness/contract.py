@@ -1703,7 +1703,7 @@ def run_resume_training(
 # ---------------------------------------------------------------- Train it: AdamW, the schedule, a training run
 
 @adapter("train", "optimizer", "return impl.optimizer.AdamW", points=0,
-         drills=("run_adamw_steps", "run_adamw_resumed", "run_training_steps"),
+         drills=("run_adamw_steps", "run_adamw_resumed", "run_adamw_param_groups", "run_training_steps"),
          stub='''
     class AdamW(torch.optim.Optimizer):
         """AdamW (see get_adamw_cls in adapters.py). Write __init__ and step(closure=None)."""
@@ -1739,7 +1739,7 @@ def get_adamw_cls() -> type[torch.optim.Optimizer]:
     The CS336 handout's order (alpha_t = lr sqrt(1 - beta2^t) / (1 - beta1^t), eps added to sqrt(v),
     decay after the update) passes too: it moves p by about lr^2 x weight_decay a step more, and
     its eps weighs sqrt(1 - beta2^t) more, both far below the tolerance at the settings the cases
-    use. Checked by run_adamw_steps, run_adamw_resumed and run_training_steps.
+    use. Checked by run_adamw_steps, run_adamw_resumed, run_adamw_param_groups and run_training_steps.
     """
 
 
@@ -1755,7 +1755,7 @@ def get_adamw_cls() -> type[torch.optim.Optimizer]:
         optimizer.step()
         trajectory.append(torch.cat([weights[k].detach().flatten() for k in names]))
     return torch.stack(trajectory)
-""", points=4, gradients=False, host_flags=("has_grad",))
+""", points=3, gradients=False, host_flags=("has_grad",))
 def run_adamw_steps(
     params: dict[str, Tensor],
     grads: dict[str, Tensor],
@@ -1816,6 +1816,40 @@ def run_adamw_resumed(
     a fresh AdamW over the copies loads the first one's state_dict(). The trajectory must be the
     uninterrupted one, exactly: every bit of the state (m, v and each parameter's step count) has
     to be in state_dict(). Args and Returns as run_adamw_steps."""
+
+
+@adapter("train", "optimizer", """
+    names = sorted(params)
+    weights = {k: torch.nn.Parameter(params[k].detach().clone()) for k in names}
+    own = dict(lr=first_lr, betas=(first_beta1, first_beta2), eps=first_eps, weight_decay=first_weight_decay)
+    optimizer = impl.optimizer.AdamW([{"params": [weights[names[0]]], **own},
+                                      {"params": [weights[k] for k in names[1:]]}], lr=lr)
+    trajectory = []
+    for t in range(grads[names[0]].shape[0]):
+        for k in names:
+            weights[k].grad = grads[k][t].clone() if has_grad[k][t] else None
+        optimizer.step()
+        trajectory.append(torch.cat([weights[k].detach().flatten() for k in names]))
+    return torch.stack(trajectory)
+""", points=1, gradients=False, host_flags=("has_grad",))
+def run_adamw_param_groups(
+    params: dict[str, Tensor],
+    grads: dict[str, Tensor],
+    has_grad: dict[str, Tensor],
+    lr: float,
+    first_lr: float,
+    first_beta1: float,
+    first_beta2: float,
+    first_eps: float,
+    first_weight_decay: float,
+) -> Float[Tensor, "steps total"]:
+    """Your AdamW over two param groups, as torch.optim takes them: get_adamw_cls()([first, second], lr=lr).
+    The first group holds the first parameter in sorted name order, with settings of its own (first_lr,
+    betas (first_beta1, first_beta2), first_eps, first_weight_decay); the second holds the others and
+    gives none, so it takes lr from the constructor and every other setting from your class's defaults
+    (betas (0.9, 0.999), eps 1e-8, weight_decay 0.01, as torch.optim.AdamW's). Each group is stepped
+    with its own settings. Args (params, grads, has_grad) and Returns as run_adamw_steps.
+    """
 
 
 @adapter("train", "optimizer", """

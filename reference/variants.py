@@ -2010,12 +2010,19 @@ class _AdamW(optimizer.AdamW):
     eps_times_lr = False    # eps * lr added to the root: 0/0 where v is 0 at lr = 0 (warmup's first step)
     state_on_cpu = False    # m and v made by torch.zeros(p.shape): on the CPU, whatever p's device
     fixed_betas = None      # betas written into the code (torch's (0.9, 0.999)), the group's ignored
+    first_group_only = False  # self.param_groups[0] alone stepped (blind trial 12)
+    from_defaults = ()      # settings read from self.defaults, not from each group
+    other_defaults = {}     # __init__ defaults other than torch's (a keyword not given takes these)
+
+    def __init__(self, params, **settings):
+        super().__init__(params, **{**self.other_defaults, **settings})
 
     @torch.no_grad()
     def step(self, closure=None):
         self.__dict__.setdefault("calls", 0)
         self.calls += 1
-        for group in self.param_groups:
+        for group in self.param_groups[:1] if self.first_group_only else self.param_groups:
+            group = {**group, **{k: self.defaults[k] for k in self.from_defaults}}
             lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
             lr = self.defaults["lr"] if self.cached_lr else lr
             eps = eps if self.fixed_eps is None else self.fixed_eps
@@ -2437,3 +2444,19 @@ def _load_returns_step_count(src, model, optimizer, load_checkpoint=training.loa
 
 register("checkpoint_iteration_from_optimizer", "load_checkpoint returns the optimizer's step count as the iteration",
          named_by="not a count kept by the optimizer", training__load_checkpoint=_load_returns_step_count)
+
+
+# Blind trial 12 (MISSED while every case had one param group and gave every setting)
+register("adamw_first_param_group_only", "AdamW steps self.param_groups[0] alone",
+         hint="only the first param group stepped; loop over every group in self.param_groups",
+         named_by="only the first param group", optimizer__AdamW=_set(_AdamW, first_group_only=True))
+register("adamw_weight_decay_from_defaults", "AdamW reads weight_decay from self.defaults, not from each group",
+         hint=("weight_decay read from self.defaults (the constructor's) instead of each group's; read every setting "
+               "from the group being stepped"), named_by="read from self.defaults",
+         optimizer__AdamW=_set(_AdamW, from_defaults=("weight_decay",)))
+register("adamw_default_betas_0_95", "AdamW's betas default to (0.9, 0.95), not torch's (0.9, 0.999)",
+         hint="default betas of (0.9, 0.95); torch.optim.AdamW's, and the contract's, are (0.9, 0.999)",
+         named_by="default betas of (0.9, 0.95)", optimizer__AdamW=_set(_AdamW, other_defaults={"betas": (0.9, 0.95)}))
+register("adamw_default_no_weight_decay", "AdamW's weight_decay defaults to 0, not torch's 0.01",
+         hint="a default weight_decay of 0; torch.optim.AdamW's, and the contract's, is 0.01",
+         named_by="default weight_decay of 0", optimizer__AdamW=_set(_AdamW, other_defaults={"weight_decay": 0.0}))

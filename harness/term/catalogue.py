@@ -1041,6 +1041,19 @@ TRAIN_RUN: list[Spec] = [
     case("run_adamw_resumed", "hidden-resume", "", hidden=True, **ADAMW, resume_at=17,
          **adamw_inputs(35, a=(4, 3), b=(6,))),
 
+    # ---- run_adamw_param_groups: per-group settings, and the class's defaults where a group gives none. A default
+    # eps of 1e-6 is not judged: at the default beta2 (0.999) the handout's eps on sqrt(v) weighs up to 30x more
+    # in the first steps, as much as the wrong default does
+    case("run_adamw_param_groups", "two-groups", "a first group [4, 3] with lr 3e-3, betas (0.8, 0.95), eps 1e-6, "
+         "weight_decay 0.1; a second ([5] and [2, 2]) with lr 1e-2 and the defaults; 20 steps", lr=1e-2,
+         first_lr=3e-3, first_beta1=0.8, first_beta2=0.95, first_eps=1e-6, first_weight_decay=0.1,
+         **adamw_inputs(20, a=(4, 3), b=(5,), c=(2, 2))),
+    case("run_adamw_param_groups", "first-steps", "one [3] parameter in each group, 3 steps; the first with beta2 0.5 "
+         "and no weight decay", lr=5e-3, first_lr=2e-2, first_beta1=0.7, first_beta2=0.5, first_eps=1e-7,
+         first_weight_decay=0.0, **adamw_inputs(3, first=(3,), second=(3,))),
+    case("run_adamw_param_groups", "hidden-groups", "", hidden=True, lr=4e-3, first_lr=1e-2, first_beta1=0.85,
+         first_beta2=0.9, first_eps=1e-6, first_weight_decay=0.05, **adamw_inputs(25, a=(3, 2), b=(6,))),
+
     # ---- run_lr_schedule: every iteration, every boundary
     case("run_lr_schedule", "cs336-handout", "CS336's public test (max 1, min 0.1, warmup 7, cycle 21), 30 iterations",
          max_learning_rate=1.0, min_learning_rate=0.1, warmup_iters=7, cosine_cycle_iters=21, num_iters=30),
