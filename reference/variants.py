@@ -2007,6 +2007,7 @@ class _AdamW(optimizer.AdamW):
     corrected = "mv"        # the moments bias-corrected: "m" or "v" alone (blind trial 11)
     v_t_offset = 0          # v's correction alone 1 - beta2^(t + offset)
     m_weights_swapped = False  # m = (1 - beta1) m + beta1 g: m.lerp_(g, beta1)
+    m_without_1_minus_beta1 = False  # m = beta1 m + g (blind trial 12)
     eps_times_lr = False    # eps * lr added to the root: 0/0 where v is 0 at lr = 0 (warmup's first step)
     state_on_cpu = False    # m and v made by torch.zeros(p.shape): on the CPU, whatever p's device
     fixed_betas = None      # betas written into the code (torch's (0.9, 0.999)), the group's ignored
@@ -2056,6 +2057,8 @@ class _AdamW(optimizer.AdamW):
                     p.mul_(1 - wd)
                 if self.m_weights_swapped:
                     m.mul_(1 - beta1).add_(g, alpha=beta1)
+                elif self.m_without_1_minus_beta1:
+                    m.mul_(beta1).add_(g)
                 else:
                     m.mul_(beta1).add_(g, alpha=1 - beta1)
                 if self.v_of_abs:
@@ -2460,3 +2463,7 @@ register("adamw_default_betas_0_95", "AdamW's betas default to (0.9, 0.95), not 
 register("adamw_default_no_weight_decay", "AdamW's weight_decay defaults to 0, not torch's 0.01",
          hint="a default weight_decay of 0; torch.optim.AdamW's, and the contract's, is 0.01",
          named_by="default weight_decay of 0", optimizer__AdamW=_set(_AdamW, other_defaults={"weight_decay": 0.0}))
+register("adamw_m_without_1_minus_beta1", "AdamW's m = beta1 m + g, without the (1 - beta1) factor",
+         hint=("m = beta1 * m + g: the gradient without its (1 - beta1) factor, so m, and each step, is "
+               "1 / (1 - beta1) times too large; m = beta1 * m + (1 - beta1) * g"),
+         named_by="without its (1 - beta1) factor", optimizer__AdamW=_set(_AdamW, m_without_1_minus_beta1=True))
