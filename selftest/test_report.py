@@ -420,3 +420,22 @@ def test_submission_names_that_look_like_formulas_are_text_in_both_csv_files(tmp
     assert row["submissions"] == "'+cmd;-x;@x" and row["mistake"] == str(NUMBER["softmax_without_max"])
     subs, _ = load(folder)
     assert [s.name for s in subs] == names and all(s.results for s in subs)
+
+
+def test_the_grader_parses_a_bounded_total_of_a_submissions_code(tmp_path, monkeypatch):
+    """Red team 12: 250 files of 256 KiB each ("a" repeated) took 7 minutes of the trusted grader's
+    CPU in code_hash, before the submission's own timeout started. Past PARSED_TOTAL bytes, files are
+    hashed by their lines, unparsed; a change in one still changes the hash."""
+    from harness.grading import report
+    parsed = []
+    real = report._syntax_tree
+    monkeypatch.setattr(report, "_syntax_tree", lambda source: parsed.append(len(source)) or real(source))
+    monkeypatch.setattr(report, "PARSED_TOTAL", 64 << 10)  # the rule, at a size that parses in milliseconds
+    (tmp_path / "student").mkdir()
+    (tmp_path / "adapters.py").write_text("x = 1\n")
+    for i in range(12):
+        (tmp_path / "student" / f"p{i:02}.py").write_bytes(b"a\n" * (8 << 10))
+    before = report.code_hash(tmp_path)
+    assert sum(parsed) <= report.PARSED_TOTAL and len(parsed) >= 2, parsed
+    (tmp_path / "student" / "p11.py").write_bytes(b"b\n" * (8 << 10))  # an unparsed file
+    assert report.code_hash(tmp_path) != before

@@ -193,6 +193,9 @@ def test_a_submission_cannot_take_the_name_of_a_batch_file():
     from harness.grading.grade import BATCH_FILES, submission_name
     assert {submission_name(Path(name)) for name in BATCH_FILES} == {"_" + name for name in BATCH_FILES}
     assert submission_name(Path("alice.zip")) == "alice" and submission_name(Path(".x")) == "_.x"
+    # red team 12: the anonymised report's names too (a folder there broke `harness report --anonymise`)
+    assert {submission_name(Path(f"{stem}-anonymised.{ext}")) for stem, ext in (("report", "html"), ("mistakes", "csv"))} \
+        == {"_report-anonymised.html", "_mistakes-anonymised.csv"}
 
 
 def test_submissions_whose_safe_names_collide_or_run_long_each_get_their_own():

@@ -437,7 +437,8 @@ def kill_leftover_workers(blocks=range(UID_BLOCKS)) -> bool:
     return killed
 
 
-BATCH_FILES = ("grades.csv", "report.html", "mistakes.csv")  # beside the submissions' folders in --out
+BATCH_FILES = ("grades.csv", "report.html", "mistakes.csv",  # beside the submissions' folders in --out
+               "report-anonymised.html", "mistakes-anonymised.csv")
 
 
 NAME_CHARS = 80  # a folder name fits the file system's 255 bytes with room for the grader's prefixes
