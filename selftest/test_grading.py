@@ -1047,3 +1047,14 @@ def test_one_function_that_never_returns_costs_its_own_points_and_its_callers(tm
     scores = points_per_function(graded)
     untouched = ["run_embedding", "run_softmax", "run_cross_entropy", "run_layernorm", "run_lr_schedule"]
     assert all(scores[fn] == pytest.approx(GRADED[fn]) for fn in untouched), {fn: scores[fn] for fn in untouched}
+
+
+def test_without_bubblewrap_submissions_are_graded_one_at_a_time():
+    """Red team 12: without bubblewrap two slots share /tmp, and a file one made readable carried its hidden
+    inputs into the other's visible message; one slot at a time leaves a neighbour nothing to read."""
+    from harness.grading.grade import slots
+    said = []
+    assert slots(2, 5, Protections(bwrap=None, uid_drop=True), said.append) == 1
+    assert said and "one submission at a time" in said[0] and "install bubblewrap" in said[0]
+    assert slots(2, 5, Protections(bwrap="/usr/bin/bwrap", uid_drop=True)) == 2
+    assert slots(4, 1, Protections(bwrap="/usr/bin/bwrap", uid_drop=True)) == 1

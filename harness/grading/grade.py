@@ -740,6 +740,20 @@ def shard_of(names: list[str], k: int, n: int) -> set[str]:
     return set(sorted(names)[k - 1::n])
 
 
+def slots(jobs: int, count: int, protections: Protections, announce=None) -> int:
+    """How many submissions are graded at once. Without bubblewrap, one: slots side by side share
+    /tmp, /var/tmp and /dev/shm, where a file made readable by others carried a neighbour's hidden
+    inputs into a visible message (red team 12), and file names and sizes would carry them too."""
+    wanted = max(1, min(jobs, count, UID_BLOCK))
+    if wanted > 1 and not protections.bwrap:
+        if announce:
+            announce(f"harness grade: without bubblewrap, one submission at a time (not --jobs {jobs}): side by side "
+                     "they would share /tmp and could pass hidden inputs to each other; install bubblewrap "
+                     "for --jobs")
+        return 1
+    return wanted
+
+
 def _grade_with(grader: Grader, submissions: list[Path], names: list[str], out: Path, jobs: int, progress,
                 announce) -> list[Graded]:
     term = grader.term_name
@@ -753,7 +767,8 @@ def _grade_with(grader: Grader, submissions: list[Path], names: list[str], out: 
     graded: dict[str, Graded] = {}
     lock = threading.Lock()
 
-    drivers = [Driver(grader.first_slot + slot) for slot in range(max(1, min(jobs, len(submissions), UID_BLOCK)))]
+    drivers = [Driver(grader.first_slot + slot) for slot in range(slots(jobs, len(submissions), grader.protections,
+                                                                        announce))]
     try:
         for driver in drivers:  # they import torch and the suite while the sandbox check runs
             driver.start(grader)
