@@ -98,7 +98,7 @@ def test_running_another_term_than_the_release_pinned_is_said():
     from harness.store import Term
     progress = Progress(Term(PROJECT, TERM), "adapters", pinned="another-term")
     progress.record("run_embedding", "passed", False)
-    assert f"this release pins term another-term; you ran {TERM}" in progress.render()
+    assert f"this project pins term another-term; you ran {TERM}" in progress.render()
 
 
 def test_an_adapters_path_uses_the_student_package_beside_it(tmp_path, forget_other_repositories):

@@ -109,7 +109,7 @@ class Progress:
         about = "" if self.target == "adapters" else f", adapters {self.target}"
         lines = [f"Progress: term {self.term.name}{about}"]
         if self.term.name != self.pinned:
-            lines.append(f"  note: this release pins term {self.pinned}; you ran {self.term.name}.")
+            lines.append(f"  note: this project pins term {self.pinned}; you ran {self.term.name}.")
         if self.hidden_asked and not self.term.hidden_loaded:  # TA trial 10: the student edition said nothing
             lines.append(f"  note: --hidden: this copy of term {self.term.name} holds no hidden cases (the course "
                          "staff keep them for grading); only the public tests ran.")
