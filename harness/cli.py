@@ -267,7 +267,7 @@ def grade_cmd(root: Path, args) -> int:
                        reuse_sandboxes=not args.fresh_sandboxes)
     for g in graded:
         flag = f"  TAMPERED: {', '.join(g.tampered)}" if g.tampered else ""
-        print(f"{g.name:<30} {g.score:6.2f}  {g.status:<16} {g.seconds:5.1f} s{flag}")
+        print(f"{g.name:<30} {points_text(g.score):>6}  {g.status:<16} {g.seconds:5.1f} s{flag}")
     seconds = time.monotonic() - started
     print(f"graded {len(graded)} in {seconds:.0f} s ({60 * len(graded) / max(seconds, 1e-9):.1f} a minute, "
           f"--jobs {args.jobs}, start-up included); wrote {args.out}/grades.csv (every result folder there), "

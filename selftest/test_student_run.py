@@ -255,6 +255,9 @@ def test_check_says_when_a_cells_function_takes_other_arguments():
     """TA trial 10: a two-parameter function gave 14 tracebacks of 'takes 2 positional arguments but 4 were given'."""
     with pytest.raises(TypeError, match=r"the tests call it as run_embedding\(vocab_size, d_model, weights, token_ids\)"):
         check("run_embedding", lambda weights, token_ids: weights[token_ids], quiet=True)
+    # TA trial 12: the right names in another order bound, and the report showed only an error inside the cell
+    with pytest.raises(TypeError, match=r"run_embedding\(vocab_size, d_model, weights, token_ids\), by position"):
+        check("run_embedding", lambda weights, token_ids, vocab_size, d_model: weights[token_ids], quiet=True)
     from reference.adapters import run_embedding
     assert check("run_embedding", lambda *args, **kwargs: run_embedding(*args, **kwargs), quiet=True).ok
 

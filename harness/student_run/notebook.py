@@ -156,12 +156,18 @@ def _takes_the_contracts_arguments(function: str, impl) -> None:
         signature = inspect.signature(impl)
     except ValueError:  # a builtin without a signature: let the call say
         return
+    positional = [p.name for p in signature.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][:len(declared)]
+    # the same names in another order bind, and then each gets another's value (TA trial 12)
+    reordered = sorted(positional) == sorted(declared) and positional != declared
     try:
         signature.bind(*declared)
     except TypeError:
+        reordered = True
+    if reordered:
         raise TypeError(f"{getattr(impl, '__name__', 'your function')}{signature} cannot stand in for {function}: "
-                        f"the tests call it as {function}({', '.join(declared)}). Give it those parameters, in that "
-                        f"order (see the docstring of {function} in adapters.py)") from None
+                        f"the tests call it as {function}({', '.join(declared)}), by position. Give it those "
+                        f"parameters, in that order (see the docstring of {function} in adapters.py)")
 
 
 class NotWrittenYet(Exception):
