@@ -2469,15 +2469,8 @@ register("adamw_m_without_1_minus_beta1", "AdamW's m = beta1 m + g, without the 
          named_by="without its (1 - beta1) factor", optimizer__AdamW=_set(_AdamW, m_without_1_minus_beta1=True))
 
 
-def _clip_squares_in_grad_dtype(parameters, max_l2_norm):
-    """The sum of squares in the gradients' own dtype: float16 squares above 65504 overflow (blind trial 12)."""
-    grads = [p.grad for p in parameters if p.grad is not None]
-    if grads:
-        with torch.no_grad():
-            norm = sum((g * g).sum() for g in grads).sqrt().float()
-            if norm > max_l2_norm:
-                for g in grads:
-                    g.copy_(g.float() * (max_l2_norm / (norm + 1e-6)))
+# the sum of squares in the gradients' own dtype: float16 squares above 65504 overflow (blind trial 12)
+_clip_squares_in_grad_dtype = _clip_by(lambda grads: sum((g * g).sum() for g in grads).sqrt().double())
 
 
 register("clip_squares_in_16_bits", "gradient clipping sums the squares in float16: they overflow to inf",
