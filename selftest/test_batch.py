@@ -247,8 +247,10 @@ def test_the_error_column_says_why_a_row_was_not_graded_normally(tmp_path):
                                            output="archive entry '../../x' points outside the submission"), "t")
     _write_results(out / "erin", Graded("erin", status="timeout", output="printed by the submission"), "t")
     _write_results(out / "bob", Graded("bob", status="ok", output="printed by the submission"), "t")
+    held = "no adapters.py at the top of the submission, which holds alice, notes.txt: submit adapters.py ..."
+    _write_results(out / "alice", Graded("alice", status="no-adapters", output=held), "t")
     Results(out).write()
     with (out / "grades.csv").open(newline="") as f:
         rows = {r["submission"]: r["error"] for r in csv.DictReader(f)}
     assert rows == {"bob": "", "erin": "The submission ran out of time; unfinished tests score 0.",
-                    "mallory": "archive entry '../../x' points outside the submission"}, rows
+                    "mallory": "archive entry '../../x' points outside the submission", "alice": held}, rows

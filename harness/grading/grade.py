@@ -1104,11 +1104,12 @@ def earned(g: Graded) -> dict[str, float]:
 
 def _error(g: Graded) -> str:
     """The error column: what kept a submission from a normal grading (a TA had to open results.json to learn
-    why a row was bad-submission or timeout). A bad submission's output is the grader's own reason; any other
-    status's output may be the submission's, so its note stands there."""
+    why a row was bad-submission or timeout). A bad submission's output is the grader's own reason (for no-adapters,
+    with what the submission held: TA trial 12); any other status's output may be the submission's, so its note
+    stands there."""
     if g.status == "import-error":
         return g.import_error
-    if g.status == "bad-submission":
+    if g.status in ("bad-submission", "no-adapters"):
         return (g.output.strip().splitlines() or [STATUS_NOTES[g.status]])[0][:300]
     return STATUS_NOTES.get(g.status, "").strip()
 
