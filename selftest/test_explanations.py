@@ -687,6 +687,11 @@ CRASHES = {  # name: (student file, old, new, function, error, the line it raise
                                  "    top = x.amax(dim=1, keepdim=True)\n    lse = (x - top).exp().sum(dim=1).log()",
                                  "run_cross_entropy", "RuntimeError", "return (lse - picked.squeeze(-1))",
                                  "a leading axis instead of the vocabulary"),
+    # the row max without keepdim (blind trial 13): [N] met [N, V], told only of a reduction over a leading axis
+    "cross-entropy's max without keepdim": ("training.py", "    top = x.amax(dim=-1, keepdim=True)  # the row max: "
+                                            "exp never sees more than 0", "    top = x.amax(dim=-1)",
+                                            "run_cross_entropy", "RuntimeError", "lse = (x - top).exp()",
+                                            "keep the axis, keepdim=True"),
     # starts from randint(0, len - T - 1): numpy's bare "high <= 0" on a dataset with one valid start,
     # located in numpy's compiled code
     "get_batch without the last start": ("training.py", "    starts = torch.randint(0, len(dataset) - context_length, "

@@ -485,10 +485,13 @@ def _broadcast(a: int, b: int, case, inputs: dict) -> str | None:
                 "add the heads axis: token_positions.unsqueeze(-2)")
     leading = set(_leading(case, inputs))
     if "vocab_size" in (first, second) and {first, second} & leading:
-        # a loss whose reduction ran over a leading axis keeps the vocabulary, which then meets the targets'
-        return (f"a tensor that still has the vocab_size axis (size {axes['vocab_size']}) met one without it: a "
-                "reduction (the max, the log-sum-exp) ran over a leading axis instead of the vocabulary. Reduce "
-                "over the last axis, dim=-1, whatever the number of leading axes")
+        # a loss whose reduction ran over a leading axis keeps the vocabulary, which then meets the targets'; a
+        # reduction over the vocabulary without keepdim meets the logits the same way (blind trial 13: x - x.max(-1))
+        return (f"a tensor that still has the vocab_size axis (size {axes['vocab_size']}) met one without it. "
+                "Either a reduction over the vocabulary dropped that axis and then met the logits "
+                "(x - x.max(dim=-1).values: keep the axis, keepdim=True), or a reduction (the max, the log-sum-exp) "
+                "ran over a leading axis instead of the vocabulary (reduce over the last axis, dim=-1, whatever the "
+                "number of leading axes)")
     if "vocab_size" in axes and {first, second} <= leading:
         # two leading axes met: one tensor has an axis fewer or more at its end than the other (blind trial 10's
         # logsumexp(keepdim=True) minus the picked logits was told only of a reduction over a leading axis)
