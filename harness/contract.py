@@ -1308,7 +1308,7 @@ def run_gpt2_accounting(
     return impl.accounting.training_accounting(vocab_size, context_length, d_model, num_layers, num_heads, d_ff,
                                                batch_size=batch_size, param_dtype=param_dtype,
                                                optimizer_dtype=optimizer_dtype)
-""", points=3, tolerance=EXACT, stub='''
+""", points=3, tolerance=EXACT, names_own_pieces_only=True, stub='''
     def training_accounting(vocab_size, context_length, d_model, num_layers, num_heads, d_ff,
                             batch_size=1, param_dtype="float32", optimizer_dtype="float32") -> dict[str, int]:
 ''')
@@ -1666,7 +1666,8 @@ def run_load_checkpoint(
                          "(int(...) of what the checkpoint holds)")
     if iteration != save_at - 1:
         raise ValueError(f"load_checkpoint returned iteration {iteration!r}; the checkpoint was saved with iteration "
-                         f"{save_at - 1}: return the iteration save_checkpoint was given, not a count kept by the optimizer")
+                         f"{save_at - 1}: save_checkpoint stores the iteration it is given (not iteration + 1), and "
+                         "load_checkpoint returns that stored value, not a count kept by the optimizer")
     if not all(bool(p.isfinite().all()) for p in resumed.parameters()):
         raise ValueError("the weights load_checkpoint restored came from the model object saved, which this drill "
                          "overwrote (NaN) after saving, not from the checkpoint: write copies of the state "

@@ -1287,7 +1287,8 @@ def run_resume_training(
                          "(int(...) of what the checkpoint holds)")
     if iteration != save_at - 1:
         raise ValueError(f"load_checkpoint returned iteration {iteration!r}; the checkpoint was saved with iteration "
-                         f"{save_at - 1}: return the iteration save_checkpoint was given, not a count kept by the optimizer")
+                         f"{save_at - 1}: save_checkpoint stores the iteration it is given (not iteration + 1), and "
+                         "load_checkpoint returns that stored value, not a count kept by the optimizer")
     if not all(bool(p.isfinite().all()) for p in resumed.parameters()):
         raise ValueError("the weights load_checkpoint restored came from the model object saved, which this drill "
                          "overwrote (NaN) after saving, not from the checkpoint: write copies of the state "

@@ -833,6 +833,7 @@ register("model_rounds_between_layers", "SwiGLU, the block and the LM round to 1
 
 class _Block(model.TransformerBlock):
     post_norm, residual_from_norm = False, False
+    second_residual = True  # False: the block returns FFN(RMSNorm(z)) alone (blind trial 13)
 
     @_float32_inside
     def forward(self, x):
@@ -842,6 +843,8 @@ class _Block(model.TransformerBlock):
         h = self.ln1(x)
         z = (h if self.residual_from_norm else x) + self.attn(h)
         h = self.ln2(z)
+        if not self.second_residual:
+            return self.ffn(h)
         return (h if self.residual_from_norm is True else z) + self.ffn(h)
 
 
@@ -849,9 +852,12 @@ class _Block(model.TransformerBlock):
 class _LM(model.TransformerLM):
     probabilities, log_probabilities, dropout, plain_list = False, False, 0.0, False
     final_norm = True  # False: the last block's output goes to the head unnormalised
+    tied_head = False  # the head shares the embedding table, as GPT-2's does and this LM's does not (blind trial 13)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        if self.tied_head:
+            self.lm_head.weight = self.token_embeddings.weight
         if self.plain_list:  # a Python list: its blocks are not registered submodules
             blocks = list(self.layers)
             del self.layers
@@ -2014,6 +2020,7 @@ class _AdamW(optimizer.AdamW):
     first_group_only = False  # self.param_groups[0] alone stepped (blind trial 12)
     from_defaults = ()      # settings read from self.defaults, not from each group
     other_defaults = {}     # __init__ defaults other than torch's (a keyword not given takes these)
+    update_rebound = False  # p = p - lr * m_hat / denom: a new tensor bound to the loop's name (blind trial 13)
 
     def __init__(self, params, **settings):
         super().__init__(params, **{**self.other_defaults, **settings})
@@ -2068,7 +2075,9 @@ class _AdamW(optimizer.AdamW):
                 t += self.t_offset
                 c1, c2 = (1 - beta1 ** t, 1 - beta2 ** (t + self.v_t_offset)) if self.bias_correction else (1.0, 1.0)
                 c1, c2 = (c1 if "m" in self.corrected else 1.0), (c2 if "v" in self.corrected else 1.0)
-                if self.eps_under_root:
+                if self.update_rebound:
+                    p = p - lr / c1 * m / ((v / c2).sqrt() + eps)  # noqa: F841 - the mistake: p itself never moves
+                elif self.eps_under_root:
                     p.addcdiv_(m, (v / c2 + eps).sqrt(), value=-lr / c1)
                 elif self.eps_inside:
                     p.addcdiv_(m, (v / c2).sqrt() + eps, value=-lr / c1)
@@ -2477,3 +2486,54 @@ register("clip_squares_in_16_bits", "gradient clipping sums the squares in float
          hint=("the squares summed in the gradients' float16, where any square above 65504 is inf: the norm is inf "
                "and max_l2_norm / inf zeroes every gradient; sum the squares in float32"),
          named_by="zeroes every gradient", training__gradient_clipping=_clip_squares_in_grad_dtype)
+
+
+def _batch_targets_of_other_rows(dataset, batch_size, context_length, device, get_batch=training.get_batch):
+    """y's rows shuffled against x's: each is a window of next tokens, of another row's start (blind trial 13)."""
+    x, y = get_batch(dataset, batch_size, context_length, device)  # the reference's, bound before the patch
+    return x, y.roll(1, dims=0)
+
+
+register("batch_targets_of_other_rows", "get_batch's y rows are next tokens of other rows' windows",
+         hint=("y's rows are next tokens, but of other rows' starts: draw the starts once and slice each row's x "
+               "and y from the same start"),
+         named_by="not of their own x's start + 1", training__get_batch=_batch_targets_of_other_rows)
+register("adamw_update_rebound", "AdamW's update assigned to the name p, never written into the parameter",
+         hint=("the Adam update never reaches the parameters, only the weight decay does: `p = p - lr * m_hat / "
+               "denom` makes a new tensor and rebinds the loop's name; write into p in place, p.addcdiv_(m_hat, "
+               "denom, value=-lr), under torch.no_grad()"),
+         named_by="never reaches the parameters", optimizer__AdamW=_set(_AdamW, update_rebound=True))
+register("block_without_second_residual", "the block returns FFN(RMSNorm(z)) without adding z back",
+         hint=("the second residual left out: the block returns FFN(RMSNorm(z)); it returns z + FFN(RMSNorm(z)), "
+               "where z = x + MHA(RMSNorm(x))"),
+         named_by="the second residual left out", model__TransformerBlock=_set(_Block, second_residual=False))
+register("lm_head_tied_to_embeddings", "the LM's head tied to the token embeddings (one matrix for both)",
+         hint=("the LM head tied to the token embeddings (lm_head.weight = token_embeddings.weight): this LM's head "
+               "is a matrix of its own, lm_head.weight, loaded and trained apart from the table (GPT-2's is tied; "
+               "this one's is not)"),
+         named_by="tied to the token embeddings", model__TransformerLM=_set(_LM, tied_head=True))
+
+
+def _batch_one_start(dataset, batch_size, context_length, device, get_batch=training.get_batch):
+    """One start drawn and repeated for every row of the batch (blind trial 13)."""
+    x, y = get_batch(dataset, 1, context_length, device)  # the reference's, bound before the patch
+    return x.repeat(batch_size, 1), y.repeat(batch_size, 1)
+
+
+register("batch_one_start_repeated", "get_batch draws one start and repeats it for every row",
+         hint=("one start drawn and repeated for every row: draw batch_size starts, one for each row, "
+               "torch.randint(0, len(dataset) - context_length, (batch_size,))"),
+         named_by="every row of a batch has the same start", training__get_batch=_batch_one_start)
+
+
+def _embeddings_frozen(c, a):
+    """Memory for every parameter but the token embeddings, as if they were frozen (blind trial 13)."""
+    table = a["forward"]["params.token_embeddings"]
+    c.update({k: c[k] - table * c[k] // a["forward"]["params.total"]
+              for k in ("memory.parameters", "memory.gradients", "memory.adamw_moments")})
+
+
+register("training_memory_embeddings_frozen", "training memory leaves out the token embeddings, as if frozen",
+         hint=("the token embeddings left out of the trained parameters (as if frozen): an LLM's embeddings train "
+               "jointly with every other weight from the first step, so they have a gradient and two moments too"),
+         named_by="as if frozen", accounting__training_accounting=_training(_embeddings_frozen))

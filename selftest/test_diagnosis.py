@@ -236,6 +236,15 @@ def test_one_value_is_no_evidence_of_a_constant_factor(shape):
     assert "constant factor" not in text, text
 
 
+@pytest.mark.parametrize("shape", [(), (3, 4)])
+def test_a_flipped_sign_is_said_even_of_one_value(shape):
+    """Blind trial 13's cross-entropy picked - lse (a negative loss) was shown only its numbers."""
+    from harness.student_run.diagnose import heuristic
+    expected = torch.rand(shape, generator=torch.Generator().manual_seed(2)) + 0.5
+    assert heuristic(-expected, expected, 1e-5, 1e-4) == "your output is the negative of the expected one: a sign is flipped"
+    assert "sign" not in (heuristic(-0.9 * expected, expected, 1e-5, 1e-4) or "")
+
+
 def test_an_all_zero_output_is_said_and_crashes_nothing():
     """Clipping whose fp16 norm overflowed writes zeros: the report crashed dividing by the zero scale (blind trial)."""
     from harness.student_run.diagnose import heuristic

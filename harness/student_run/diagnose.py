@@ -144,6 +144,8 @@ def heuristic(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: f
         return "your output is the transpose of the expected one (its last two axes are swapped)"
     if not a.any():
         return "every value of your output is 0, where the expected values are not"
+    if close(a, -e):  # one value is evidence too: a loss of the wrong sign (blind trial 13)
+        return "your output is the negative of the expected one: a sign is flipped"
     scale = (a * e).sum() / (e * e).sum().clamp_min(1e-30)
     # One value is a multiple of any other: a factor is evidence only where two or more agree on it
     # (blind trial 10's cross-entropy of targets - 1 was told "1.368 x the expected one").
