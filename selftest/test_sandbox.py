@@ -215,10 +215,23 @@ def test_a_submission_named_apart_in_its_batch_keeps_that_name_when_regraded_alo
     the name its earlier grading gave it where --out holds a result under that name."""
     from harness.grading.grade import submission_names
     batch = submission_names([Path("subs/reference"), Path("subs/reference.zip"), Path("subs/bob")])
-    assert batch[0] != batch[1] and batch[0].startswith("reference-") and batch[2] == "bob", batch
+    assert batch[0] != batch[1] and batch[0].startswith("reference~") and batch[2] == "bob", batch
     assert submission_names([Path("elsewhere/reference")], earlier=set(batch)) == [batch[0]]
     assert submission_names([Path("subs/reference")]) == ["reference"]  # a first grading: its plain name
     assert submission_names([Path("subs/bob")], earlier=set(batch)) == ["bob"]
+
+
+def test_a_submission_cannot_take_another_ones_result_by_its_name():
+    """Red team 13: a folder named `ref-3ff6c057`, another batch's digest name for `ref`, replaced that
+    student's 123 with its own 0 as if it were a regrade; so could `a_b` replace `a b` (one safe name).
+    The digest joins with a character no safe name holds, and a result recorded from another source
+    keeps its name: the newcomer takes a digest of its own."""
+    from harness.grading.grade import APART, submission_name, submission_names
+    batch = submission_names([Path("subs/ref"), Path("subs/ref.zip")])
+    assert all(APART in n for n in batch) and submission_name(Path(batch[0])) != batch[0], batch
+    earlier = {"a_b": "a b", "bob": "bob.zip", "old": ""}
+    named = submission_names([Path("x/a_b"), Path("y/bob.zip"), Path("z/old.zip")], earlier)
+    assert named[0].startswith("a_b" + APART) and named[1:] == ["bob", "old"], named
 
 
 def test_the_seccomp_filter_denies_system_v_and_queue_ipc():

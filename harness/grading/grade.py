@@ -98,6 +98,8 @@ class Graded:
     code_hash: str = ""         # of its normalised adapters.py and student/: the report finds identical code
     import_error: str = ""      # status import-error: what failed, with the submission's file and line
     points: dict[str, float] = field(default_factory=dict)  # per function, the term's own (Term.functions)
+    source: str = ""            # the file or folder name it was graded from: a later one of another source
+    #                             under the same safe name is another student's, never its regrade
 
     def scores(self) -> dict[str, tuple[float, float]]:
         """Per test id: (score, max_score), by the rule in harness/scoring.py (the progress table's too)."""
@@ -199,7 +201,7 @@ class Grader:
         """Vet and copy one submission; the copy holds only adapters.py and student/, and with
         the uid drop it is that slot's uid's alone (a neighbour's worker cannot read it). With a
         `slot`, the copy is that slot's folder's one entry, where its sandbox finds each in turn."""
-        graded = Graded(name)
+        graded = Graded(name, source=printable(submission.name)[:NAME_BYTES])
         unpacked = self.work / f"unpacked-{graded.name}"
         copy = self.work / f"submission-{graded.name}"
         if slot is not None:
@@ -442,25 +444,33 @@ BATCH_FILES = ("grades.csv", "report.html", "mistakes.csv",  # beside the submis
 
 
 NAME_CHARS = 80  # a folder name fits the file system's 255 bytes with room for the grader's prefixes
+NAME_BYTES = 255  # of a file name: the source recorded in graded.json
+APART = "~"  # joins a safe name and a digest: the safe names never hold it, so none can pose as another's
 
 
 def submission_name(submission: Path) -> str:
     """The name a submission's results go under: one safe folder name inside --out."""
     name = re.sub(r"[^\w.@+-]", "_", submission.name.removesuffix(".zip"))
     if len(name.encode()) > NAME_CHARS:
-        name = name.encode()[:NAME_CHARS - 9].decode(errors="ignore") + "-" + _digest(submission.name)
+        name = name.encode()[:NAME_CHARS - 9].decode(errors="ignore") + APART + _digest(submission.name)
     return "_" + name if name.startswith(".") or name in ("", *BATCH_FILES) else name
 
 
-def submission_names(submissions: list[Path], earlier: Collection[str] = ()) -> list[str]:
+def submission_names(submissions: list[Path], earlier: dict[str, str] | Collection[str] = ()) -> list[str]:
     """One distinct name per submission: where two make the same safe name ("a b" and "a_b"),
     each takes a short digest of its own file name too, so neither overwrites the other. A name
-    that took its digest in an earlier batch (`earlier`: the result folders in --out) keeps it when
-    graded alone, so that a regrade replaces its row (TA trial 11 got a third row instead)."""
+    that took its digest in an earlier batch (`earlier`: the result folders in --out, each with the
+    source its graded.json records) keeps it when graded alone, so that a regrade replaces its row
+    (TA trial 11 got a third row instead). A result of another source under the plain name is
+    another student's: this one takes its digest (red team 13's `a_b` replaced `a b`'s row)."""
     names = [submission_name(s) for s in submissions]
     taken = {n for n in names if names.count(n) > 1}
-    return [f"{n}-{_digest(s.name)}" if n in taken or f"{n}-{_digest(s.name)}" in earlier else n
-            for n, s in zip(names, submissions)]
+    sources = earlier if isinstance(earlier, dict) else dict.fromkeys(earlier, "")
+
+    def apart(n: str, s: Path) -> bool:
+        return n in taken or f"{n}{APART}{_digest(s.name)}" in sources or \
+            sources.get(n, "") not in ("", printable(s.name)[:NAME_BYTES])
+    return [f"{n}{APART}{_digest(s.name)}" if apart(n, s) else n for n, s in zip(names, submissions)]
 
 
 def _digest(text: str) -> str:
@@ -683,7 +693,7 @@ def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs
     that grades one submission and is thrown away (Gradescope's), whose shared folders the grader may
     fix rather than refuse. `reuse_sandboxes`: a slot's sandbox serves its next submission once clean
     (Sandbox.finish). Returns this run's results, in the order given."""
-    earlier = {p.name for p in out.iterdir() if (p / RECORD).is_file()} if out.is_dir() else set()
+    earlier = {p.name: recorded_source(p) for p in out.iterdir() if (p / RECORD).is_file()} if out.is_dir() else {}
     names = submission_names(submissions, earlier)  # over the whole list, so that every shard names alike
     if len(set(names)) != len(names):  # the same file given twice
         raise ValueError("a submission is given twice: " + ", ".join(sorted({n for n in names if names.count(n) > 1})))
@@ -828,7 +838,7 @@ def _grade_with(grader: Grader, submissions: list[Path], names: list[str], out: 
 
 def _grade_one(grader: Grader, driver: Driver, submission: Path, name: str) -> Graded:
     """One submission's result: whatever goes wrong becomes its status, never the batch's."""
-    result, copy = Graded(name), None
+    result, copy = Graded(name, source=printable(submission.name)[:NAME_BYTES]), None
     try:
         uid = driver.uid if grader.protections.uid_drop else None
         result, copy = grader.prepare(submission, name, uid, driver.slot)
@@ -854,7 +864,7 @@ MAX_TESTS = 100_000
 MAX_TEXT = 1 << 14      # characters of one test's field (the driver cuts messages at 4,000)
 MAX_OUTPUT = 4 << 20    # characters of a submission's output (the sandbox keeps 1 MiB)
 MAX_FUNCTIONS = 1_000   # functions in a term's table of points
-_NAME = re.compile(r"[\w@+-][\w.@+-]*")  # what submission_name makes
+_NAME = re.compile(r"[\w@+-][\w.@+-]*(~[0-9a-f]{8})?")  # what submission_name and submission_names make
 _CODE_HASH = re.compile(r"(?:[0-9a-f]{64})?")
 
 
@@ -941,8 +951,20 @@ def read_record(record: Path, name: str) -> Graded:
         raise BadResult(f"{record} cannot be used ({e}): left out of grades.csv; grade {name} again") from None
 
 
+def recorded_source(folder: Path) -> str:
+    """The source a result folder's graded.json records; '' where it records none (a result written before
+    sources were) or cannot be read (its regrade replaces it, as before)."""
+    try:
+        return read_record(folder / RECORD, folder.name).source
+    except BadResult:
+        return ""
+
+
 def _graded_from(data, name: str) -> Graded:
+    data = {"source": "", **data} if isinstance(data, dict) else data  # written before sources were recorded
     _has_fields(data, Graded, "the record")
+    if not isinstance(data["source"], str) or len(data["source"]) > NAME_BYTES:
+        raise ValueError(f"source: not a file name of at most {NAME_BYTES} characters")
     if data["name"] != name or not _NAME.fullmatch(name) or len(name.encode()) > 255 or name in BATCH_FILES:
         raise ValueError(f"its name is {str(data['name'])[:100]!r}, not its folder's")
     if data["status"] not in STATUS_NOTES:
