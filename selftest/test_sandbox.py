@@ -475,6 +475,33 @@ def test_without_bubblewrap_packed_copies_of_the_answers_are_found_too(open_fold
     assert scan_host(open_folder)[1] == []
 
 
+def test_without_bubblewrap_a_student_shaped_copy_of_the_reference_is_found(open_folder):
+    """Red team 13: the README's sample alice.zip (the reference as a student submits it) lay readable, and a
+    stub that found it scored 123: no file in it has an answer's path. Files and archive entries are known
+    by a reference module's name and content; the same names with other content are not copies."""
+    import zipfile
+    from conftest import PROJECT
+    from harness.grading.sandbox import answer_files, scan_host
+    from reference.submission import reference_as_student
+    answers = answer_files(PROJECT)
+    sample = reference_as_student(open_folder / "sample")
+    with zipfile.ZipFile(open_folder / "alice.zip", "w") as archive:
+        for path in sorted(sample.rglob("*.py")):
+            archive.write(path, path.relative_to(sample).as_posix())
+    own = open_folder / "own" / "student"
+    own.mkdir(parents=True)
+    (own / "model.py").write_text("# a student's own model.py: another content\n")
+    for path in [open_folder, *open_folder.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    _, copies = scan_host(open_folder, answers=answers)
+    modules = sorted(p for p in (sample / "student").glob("*.py") if p.name in answers)
+    assert modules and copies == sorted([open_folder / "alice.zip", *modules]), copies
+    assert scan_host(open_folder)[1] == []  # by path alone, as before: nothing
+    os.chmod(open_folder / "alice.zip", 0o600)
+    os.chmod(sample / "student", 0o700)
+    assert scan_host(open_folder, answers=answers)[1] == []
+
+
 def test_without_bubblewrap_a_worktrees_git_folders_count_too(open_folder):
     """A worktree's .git is a file: its history lies in the main repository's git folder, outside it."""
     from harness.grading.sandbox import readable_by_workers

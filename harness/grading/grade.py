@@ -46,7 +46,7 @@ from harness.grading import wire
 from harness.grading.report import POINTS_ENTRY, STATUS_ENTRY, code_hash, text_cell, write_report
 from harness.scoring import Result, contract_points, points_text, scores
 from harness.grading.sandbox import (BASE_UID, OOM_DRIVER, UID_BLOCK, UID_BLOCKS, Cgroup, Protections,
-                                     Sandbox, copy_root, exposed, kill_group, kill_uid, kill_until_none,
+                                     Sandbox, answer_files, copy_root, exposed, kill_group, kill_uid, kill_until_none,
                                      readable_by_workers, remove_orphan_sandboxes, remove_tree, set_oom_score,
                                      scan_host, system_paths, uid_processes)
 from harness.store import Term
@@ -133,7 +133,8 @@ class Grader:
         if self.protections.uid_drop and not self.protections.confined:
             refuse_readable(project, submissions, out)  # first: its advice needs no scan
             try:
-                writable, copies = scan_host(copies_under=Path(os.environ.get("HARNESS_COPIES_UNDER") or "/"))
+                writable, copies = scan_host(copies_under=Path(os.environ.get("HARNESS_COPIES_UNDER") or "/"),
+                                             answers=answer_files(project))
             except OSError as e:
                 raise BadSetup(f"without bubblewrap, the host's folders must be scanned first: {e}") from None
             refuse_readable(project, submissions, out, copies)

@@ -26,6 +26,7 @@ import errno
 import functools
 import os
 import platform
+import re
 import resource
 import shutil
 import signal
@@ -37,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -988,13 +990,47 @@ SCAN_LIMIT = 2_000_000  # folders: a scan that would go on longer stops grading 
 SECRETS = ("reference/adapters.py", "harness/term/catalogue.py", "fixtures/*/hidden/manifest.json")
 
 
-def scan_host(root: Path = Path("/"), copies_under: Path = Path("/")) -> tuple[list[Path], list[Path]]:
+def answer_files(project: Path) -> dict[str, dict[int, set[int]]]:
+    """The reference solution's modules, as reference/ holds them and as a student submits them
+    (reference.submission: `reference` renamed `student`): file name -> size -> CRC-32s. A readable
+    copy of these is a submission's full marks, whatever folder or archive holds it (red team 13: a
+    sample alice.zip of the reference). Empty where the project has no reference/ (Gradescope's)."""
+    answers: dict[str, dict[int, set[int]]] = {}
+    for module in sorted((project / "reference").glob("*.py")):
+        if module.name in ANSWERLESS:
+            continue
+        text = module.read_bytes()
+        for version in (text, re.sub(rb"\breference\b", b"student", text)):
+            answers.setdefault(module.name, {}).setdefault(len(version), set()).add(zlib.crc32(version))
+    return answers
+
+
+ANSWERLESS = {"__init__.py", "submission.py", "variants.py"}  # no answers in them (adapters.py: SECRETS has it)
+
+
+def _holds_answer(name: str, size: int, crc: int | None, answers: dict) -> bool:
+    crcs = answers.get(name.rsplit("/", 1)[-1], {}).get(size)
+    return bool(crcs) and (crc is None or crc in crcs)
+
+
+def _file_crc(path: str) -> int:
+    with open(path, "rb") as f:
+        return zlib.crc32(f.read(MAX_ANSWER))
+
+
+MAX_ANSWER = 1 << 20  # bytes: a reference module is tens of KiB
+
+
+def scan_host(root: Path = Path("/"), copies_under: Path = Path("/"),
+              answers: dict | None = None) -> tuple[list[Path], list[Path]]:
     """One walk of every folder other uids can enter (links not followed, kernel file systems and
     folders others cannot enter skipped), for the grader without bubblewrap, where a worker sees the
     host's files. Returns the folders others can write to (sticky or not: /tmp, /var/tmp, /dev/shm,
     /run/lock, ...), where what a worker leaves would meet a later submission (a hidden input left in
-    /run/lock reached a later batch), and the copies of a project's answers (SECRETS) others can read,
+    /run/lock reached a later batch), and the copies of a project's answers (SECRETS, and files or archive
+    entries with a reference module's name and content: `answers`, from answer_files) others can read,
     those under `copies_under` (a rehearsal on a machine with checkouts of its own: its tree)."""
+    answers = answers or {}
     skip = set()
     try:
         for line in Path("/proc/self/mounts").read_text().splitlines():
@@ -1017,7 +1053,8 @@ def scan_host(root: Path = Path("/"), copies_under: Path = Path("/")) -> tuple[l
                     try:
                         if entry.name.endswith(".zip") and entry.is_file(follow_symlinks=False):
                             if entry.stat(follow_symlinks=False).st_mode & 0o004 and \
-                                    Path(entry.path).is_relative_to(copies_under) and _zip_holds_answers(entry.path):
+                                    Path(entry.path).is_relative_to(copies_under) and \
+                                    _zip_holds_answers(entry.path, answers):
                                 copies.append(Path(entry.path))  # an upload's archive (the autograder zip)
                             continue
                         if entry.name == "objects" and os.path.isfile(os.path.join(folder, "HEAD")) and \
@@ -1029,6 +1066,13 @@ def scan_host(root: Path = Path("/"), copies_under: Path = Path("/")) -> tuple[l
                             if entry.stat(follow_symlinks=False).st_mode & 0o004 and \
                                     _is_answer(entry.path) and \
                                     Path(entry.path).is_relative_to(copies_under):
+                                copies.append(Path(entry.path))
+                            continue
+                        if entry.name in answers and entry.is_file(follow_symlinks=False):
+                            info = entry.stat(follow_symlinks=False)
+                            if info.st_mode & 0o004 and _holds_answer(entry.name, info.st_size, None, answers) and \
+                                    Path(entry.path).is_relative_to(copies_under) and \
+                                    _holds_answer(entry.name, info.st_size, _file_crc(entry.path), answers):
                                 copies.append(Path(entry.path))
                             continue
                         if not entry.is_dir(follow_symlinks=False) or entry.path in skip:
@@ -1049,13 +1093,15 @@ def _is_answer(name: str) -> bool:
     return any(Path(name).match(secret) for secret in SECRETS)
 
 
-def _zip_holds_answers(path: str) -> bool:
-    """Whether an archive others can read lists a file of a project's answers (the central directory
-    alone is read; an archive that cannot be read as one is not a copy)."""
+def _zip_holds_answers(path: str, answers: dict | None = None) -> bool:
+    """Whether an archive others can read lists a file of a project's answers, by its path or by a
+    reference module's name, size and CRC-32 (the central directory alone is read; an archive that
+    cannot be read as one is not a copy)."""
     import zipfile
     try:
         with zipfile.ZipFile(path) as archive:
-            return any(_is_answer(name) for name in archive.namelist())
+            return any(_is_answer(info.filename) or _holds_answer(info.filename, info.file_size, info.CRC, answers or {})
+                       for info in archive.infolist())
     except (OSError, zipfile.BadZipFile, ValueError, RuntimeError):
         return False
 
