@@ -334,7 +334,7 @@ def test_a_reply_that_trickles_in_is_cut_at_one_deadline(graded):
 def test_a_reply_too_large_for_the_driver_is_refused_with_its_reason(graded):
     """Red team 9: a module of one huge parameter is refused from its length, and the test says why."""
     messages = [t["output"] for t in _results_json(graded, "huge_module")["tests"]]
-    assert any("the reply was too large to accept" in m and "64 MB at most" in m for m in messages)
+    assert any("the reply was too large to accept" in m and "67,108,864-byte limit" in m for m in messages)
 
 
 @requires_bwrap

@@ -188,6 +188,20 @@ def test_a_reply_that_trickles_in_has_one_deadline(monkeypatch):
     theirs.close()
 
 
+def test_a_worker_that_never_reads_a_request_is_stopped_like_a_hang(monkeypatch):
+    """Red team 13: a worker that stopped reading left the driver blocked in sendall with no timeout, the slot
+    held until the batch's watchdog (the submission's timeout + 120 s)."""
+    monkeypatch.setattr(remote, "SEND_SECONDS", 0.3)
+    link = remote.Link(_Idle(), case_timeout=5)
+    link.sock, theirs = socket.socketpair()
+    import torch
+    big = {"x": torch.zeros(1 << 22)}  # 16 MB: more than a socket buffer holds
+    with pytest.raises(TimeoutError, match="did not take the test's inputs within 0.3 s"):
+        link._exchange(big, 5)
+    assert link.sock is None  # dropped, as after any hang
+    theirs.close()
+
+
 def test_a_submission_cannot_take_the_name_of_a_batch_file():
     """A submission named report.html once made its results folder where the class report goes."""
     from harness.grading.grade import BATCH_FILES, submission_name

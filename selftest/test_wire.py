@@ -85,3 +85,23 @@ def test_a_dtype_the_wire_does_not_write_itself_goes_through_safetensors_shared_
     got = round_trip(values)
     assert all(got[k].dtype == v.dtype and torch.equal(got[k].view(torch.uint8), v.contiguous().view(torch.uint8))
                for k, v in values.items()), got
+
+
+def test_a_message_of_too_many_values_or_strings_is_refused_before_anyone_reads_them():
+    """Red team 13: replies of 150,000 keys cost the driver 2.3 s of its own CPU each (every string is read for
+    posed diagnoses), none of it charged to the submission. A message holds at most MAX_VALUES values and
+    MAX_TEXTS strings; a state dict's worth of both passes."""
+    import pytest
+    a, b = socket.socketpair()
+    with a, b:
+        for value, refused in (({f"k{i}": i for i in range(wire.MAX_TEXTS + 1)}, True),
+                               ([0] * (wire.MAX_VALUES + 1), True),
+                               ({f"layers.{i}.weight": torch.zeros(1) for i in range(200)}, False)):
+            sender = threading.Thread(target=wire.send, args=(a, value))
+            sender.start()
+            if refused:
+                with pytest.raises(wire.TooLarge, match="values or"):
+                    wire.recv(b)
+            else:
+                assert set(wire.recv(b)) == set(value)
+            sender.join()

@@ -36,6 +36,7 @@ FAST = 0.2           # seconds: a reply this quick needs no CPU accounting
 IMPORT_CPU = 60.0    # CPU seconds a worker may take to import the submission
 WALL_GRACE = 10.0    # the wall-clock backstop: 3 x the CPU limit, plus this
 REPLY_SECONDS = 5.0  # a reply, once begun, arrives whole within this (a local socket moves 512 MB in less)
+SEND_SECONDS = 10.0  # for a worker, idle between calls, to take a request (red team 13's never read one)
 # The driver holds a reply several times over while it decodes and checks it, outside the submission's memory
 # limit: red team 9's module of one 480 MB parameter took a driver to 2.5 GB. The suite's largest reply is
 # 2 MB (a training run's weights); a reply over this is refused from its length, unread.
@@ -168,12 +169,17 @@ class Link:
     def _exchange(self, message: dict, cpu_limit: float) -> dict:
         """Every reply passes here, and so every text the worker chose (messages, values, names)."""
         try:
-            wire.send(self.sock, message)
+            self.sock.settimeout(SEND_SECONDS)
+            try:
+                wire.send(self.sock, message)
+            except TimeoutError:  # a stall here escaped every limit: only the batch's watchdog ended it
+                self._timeout(f"the worker did not take the test's inputs within {SEND_SECONDS:g} s: it stopped "
+                              "reading them.")
             return disarm(self._wait(cpu_limit))
         except wire.TooLarge as e:
             self._drop_worker()
             raise StudentCodeError(
-                f"the reply was too large to accept ({e}; {MAX_REPLY >> 20} MB at most): the test's inputs are "
+                f"the reply was too large to accept ({e}): the test's inputs are "
                 "small, so a result or a module's tensors far larger than they need (a buffer sized for a huge "
                 "context?). The next test runs in a fresh worker.") from None
         except (ConnectionError, wire.WireError):

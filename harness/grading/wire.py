@@ -21,6 +21,8 @@ from safetensors.torch import load, save
 from harness.paths import leaves
 
 MAX_HEADER = 4 << 20     # bytes of JSON: structure and small values only (tensors travel in the blob)
+MAX_VALUES = 100_000     # JSON values in one message: each costs its reader Python time (red team 13: 150,000
+MAX_TEXTS = 4_096        # keys); and strings, dict keys too, which the grader reads for posed diagnoses (50 us each)
 MAX_MESSAGE = 512 << 20  # bytes in all; a larger message is refused, not allocated
 # bytes of the blob's own JSON header (its tensor list): thousands of tensors, where a state dict holds
 # hundreds; a million empty tensors in 56 MB took safetensors a minute and 2 GB to parse (red team 5)
@@ -91,7 +93,7 @@ def recv(sock: socket.socket, deadline: float | None = None, limit: int = MAX_ME
                         f"{MAX_BLOB_HEADER:,}-byte limit")
     try:
         return _decode(json.loads(header, parse_constant=_no_constant, parse_float=_finite),
-                       load(blob) if blob else {})
+                       load(blob) if blob else {}, _Budget())
     except WireError:
         raise
     except Exception as e:  # noqa: BLE001 - bad JSON, a bad blob, a reference to nothing, ...
@@ -157,9 +159,23 @@ def _finite(text: str) -> float:
     return value
 
 
-def _decode(value, tensors: dict):
+class _Budget:
+    """What one message may hold: MAX_VALUES values, MAX_TEXTS of them strings."""
+
+    def __init__(self):
+        self.values, self.texts = MAX_VALUES, MAX_TEXTS
+
+    def spend(self, value) -> None:
+        self.values -= 1
+        self.texts -= isinstance(value, str)
+        if self.values < 0 or self.texts < 0:
+            raise TooLarge(f"a message of more than {MAX_VALUES:,} values or {MAX_TEXTS:,} strings")
+
+
+def _decode(value, tensors: dict, budget: _Budget):
+    budget.spend(value)
     if isinstance(value, list):
-        return [_decode(v, tensors) for v in value]
+        return [_decode(v, tensors, budget) for v in value]
     if not isinstance(value, dict):
         return value
     if "$t" in value:
@@ -170,7 +186,7 @@ def _decode(value, tensors: dict):
     if "$meta" in value:
         return torch.empty([int(s) for s in value["$meta"]], dtype=_dtype(value["dtype"]), device="meta")
     if "$dict" in value:
-        return {str(k): _decode(v, tensors) for k, v in value["$dict"].items()}
+        return {str(budget.spend(k) or k): _decode(v, tensors, budget) for k, v in value["$dict"].items()}
     if "$float" in value and value["$float"] in ("nan", "inf", "-inf"):
         return float(value["$float"])
     raise WireError(f"unknown value {sorted(value)[:3]}")
