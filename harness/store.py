@@ -139,6 +139,17 @@ class Term:
         return covered(public, {f: self.scored_hidden.get(f, 0) + twins.get(f, {}).get("tests", 0)
                                 for f in self.hidden_counts})
 
+    @functools.cached_property
+    def hidden_numbers(self) -> dict[str, int]:
+        """A hidden case's id -> its number among its function's hidden cases, from 1: the name its tests go
+        under (plugin._public_id), which says nothing about its inputs."""
+        numbers, counts = {}, {}
+        for c in self.cases:
+            if c.hidden:
+                counts[c.function] = counts.get(c.function, 0) + 1
+                numbers[c.id] = counts[c.function]
+        return numbers
+
     @property
     def uses(self) -> dict[str, list[str]]:
         """Function -> the functions the reference's code for it uses (run_transformer_block -> run_softmax,
