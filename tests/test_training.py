@@ -265,12 +265,17 @@ def test_batches_read_their_windows_not_the_whole_corpus(adapters, memmap):
             f"held {peak / 2**20:.1f} MiB of numpy memory at once ({peak / CORPUS:.0f} bytes an id)")
     corpus = (f"an np.memmap of {CORPUS:,} uint16 ids (a {2 * CORPUS / 2**20:.0f} MiB file)" if memmap else
               f"an int64 array of {CORPUS:,} ids")
+    permuted = made and largest.op == "randperm"  # the op says which (blind trial 13 was told both)
+    how = ("drew its starts from a permutation of every position (torch.randperm; np.random.choice(n, "
+           "replace=False) and np.random.permutation likewise)" if permuted else
+           "converted or copied the whole array (torch.tensor(dataset), torch.from_numpy(dataset).long(), "
+           "dataset.astype(np.int64), np.array(dataset))" if made else
+           "converted or copied the whole array (torch.tensor(dataset), torch.from_numpy(dataset).long(), "
+           "dataset.astype(np.int64), np.array(dataset)), or drew its starts from a permutation of every position "
+           "(np.random.choice(n, replace=False), np.random.permutation)")
     assert not made and peak <= (3 if memmap else 1) * CORPUS, (
-        f"to take 4 windows of {T} ids from {corpus}, get_batch {what}: it converted or copied the whole array "
-        "(torch.tensor(dataset), torch.from_numpy(dataset).long(), dataset.astype(np.int64), "
-        "np.array(dataset)), or drew its starts from a permutation of every position (np.random.choice(n, "
-        "replace=False), np.random.permutation, torch.randperm). A real corpus is a memmap of gigabytes, read or "
-        "permuted in full on every call that way: draw B starts, index the windows, "
+        f"to take 4 windows of {T} ids from {corpus}, get_batch {what}: it {how}. A real corpus is a memmap of "
+        "gigabytes, read or permuted in full on every call that way: draw B starts, index the windows, "
         "dataset[s : s + context_length], and convert only those")
 
 
