@@ -8,6 +8,7 @@ is the public folder alone. Nothing here uses pickle.
 import functools
 import hashlib
 import json
+import os
 import re
 import tomllib
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -101,7 +102,10 @@ class Term:
         if not (self.dir / MANIFEST).is_file():
             known = ", ".join(list_terms(project)) or "none"
             raise FixtureError(f"unknown fixture term {name!r}; terms in {terms_root(project)}: {known}. "
-                               "Set [tool.harness] term in pyproject.toml, or pass --term NAME.")
+                               + (f"The environment's HARNESS_TERM={name!r} chose it: unset it, or set it to one of "
+                                  "those."  # TA trial 13 looked for the name in pyproject.toml
+                                  if os.environ.get("HARNESS_TERM") == name else
+                                  "Set [tool.harness] term in pyproject.toml, or pass --term NAME."))
         # Every file is read once and hashed; its tensors are parsed from those same bytes when a test
         # first needs them: code that runs later (a student's) cannot swap a file between the check and its use.
         self._files = _Parsed()

@@ -22,6 +22,12 @@ def reference_as_student(dst: Path) -> Path:
 def variant_as_student(name: str, dst: Path) -> Path:
     """A submission that makes one known mistake of reference/variants.py: the reference as
     student/, plus variants.py (renamed) whose patches adapters.py applies for good at import."""
+    from reference.variants import VARIANTS
+    if name not in VARIANTS:  # TA trial 13: a typo made a submission that failed only at its import, in grading
+        import difflib
+        close = difflib.get_close_matches(name, VARIANTS, n=3)
+        raise KeyError(f"no variant {name!r}" + (f"; did you mean {', '.join(close)}?" if close else
+                                                 "; MISTAKES.md lists them"))
     reference_as_student(dst)
     source = (REFERENCE / "variants.py").read_text().replace("import reference.adapters as ref", "ref = None")
     (dst / "student" / "variants.py").write_text(re.sub(r"\breference\b", "student", source))

@@ -254,3 +254,37 @@ def test_the_error_column_says_why_a_row_was_not_graded_normally(tmp_path):
         rows = {r["submission"]: r["error"] for r in csv.DictReader(f)}
     assert rows == {"bob": "", "erin": "The submission ran out of time; unfinished tests score 0.",
                     "mallory": "archive entry '../../x' points outside the submission", "alice": held}, rows
+
+
+def test_one_out_folder_holds_one_terms_grades(tmp_path):
+    """TA trial 13 regraded a student on a new term into the old term's --out: one grades.csv mixed two terms'
+    scores, with no warning. Grading into it and merging with it are refused, naming both terms; results
+    written before terms were recorded are read as before."""
+    out = tmp_path / "out"
+    out.mkdir()
+    _write_results(out / "alice", Graded("alice", status="ok"), "2026-fall")
+    assert json.loads((out / "alice" / "graded.json").read_text())["term"] == "2026-fall"
+    with pytest.raises(ValueError, match=r"graded on term 2026-fall \(alice among them\), and this batch grades "
+                                         r"term 2027-spring: one grades.csv would mix"):
+        grade.grade_all(PROJECT, [tmp_path / "bob"], "2027-spring", out)
+    shard = tmp_path / "shard"
+    shard.mkdir()
+    _write_results(shard / "bob", Graded("bob", status="ok"), "2027-spring")
+    with pytest.raises(ValueError, match=r"nothing merged:\n.*term 2027-spring.*and others on term 2026-fall"):
+        merge([shard], out)
+    record = json.loads((out / "alice" / "graded.json").read_text())
+    del record["term"], record["source"]  # as an older grader wrote it
+    (out / "alice" / "graded.json").write_text(json.dumps(record))
+    graded, problems = merge([shard], out)
+    assert sorted(g.name for g in graded) == ["alice", "bob"] and not problems
+
+
+def test_a_submission_two_folders_deep_is_told_where_its_adapters_are(tmp_path):
+    """TA trial 13: a zip of hw/repo/adapters.py was told only "which holds hw"; it is still not graded there."""
+    import zipfile
+    archive = tmp_path / "deep.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("hw/repo/adapters.py", "")
+        z.writestr("hw/repo/student/__init__.py", "")
+    with pytest.raises(grade.BadSubmission, match=r"which holds hw: .* \(it has hw/repo/adapters.py, two folders down\)"):
+        grade._unpack(archive, tmp_path / "into")

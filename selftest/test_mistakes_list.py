@@ -63,3 +63,12 @@ def test_mistakes_of_an_unknown_name_says_what_names_it_takes(name, said, capsys
     from harness.cli import mistakes_table
     assert mistakes_table(PROJECT, SimpleNamespace(names=[name])) == 2
     assert said in capsys.readouterr().err
+
+
+def test_a_submission_of_an_unknown_variant_is_refused_when_made(tmp_path):
+    """TA trial 13's typo (rope_halfsplit) made a submission that failed only at its import, in grading."""
+    import pytest
+    from reference.submission import variant_as_student
+    with pytest.raises(KeyError, match="did you mean rope_half_split"):
+        variant_as_student("rope_halfsplit", tmp_path / "sub")
+    assert not (tmp_path / "sub").exists()

@@ -156,13 +156,16 @@ def test_a_partial_run_shows_hidden_cases_and_the_total():
     assert out.count("Hidden cases") == 1, out
     assert re.search(r"run_embedding .* 0\.0/\d\.\d public  \+\d\.\d hidden \(\d+ cases\)$", out, re.M), out
     assert re.search(r"^Total: 0\.0/\d+ points from the public tests of the functions whose tests all ran", out, re.M), out
+    from harness.contract import ADAPTERS  # and what they can earn (TA trial 13 read 0.0/123 alone)
+    assert f"({ADAPTERS['run_embedding'].points:g} of the " in out, out
 
 
 def test_with_hidden_cases_run_the_total_is_no_estimate():
     """A TA's --hidden run read "points from the public tests, an estimate" though every hidden case ran."""
     code, out = pytest_in(PROJECT, "--adapters", "reference.adapters", "--hidden", "--function", "run_embedding")
     assert code == 0 and "Hidden cases (+P" not in out and "an estimate" not in out, out
-    assert re.search(r"^Total: \d+\.\d/\d+ points of the functions whose tests all ran, hidden cases included", out, re.M), out
+    assert re.search(r"^Total: \d+\.\d/\d+ points of the functions whose tests all ran \([\d.]+ of the \d+ are "
+                     r"theirs\), hidden cases included", out, re.M), out
 
 
 def test_an_entry_point_asked_for_by_name_points_at_the_functions_that_test_it():

@@ -100,6 +100,7 @@ class Graded:
     points: dict[str, float] = field(default_factory=dict)  # per function, the term's own (Term.functions)
     source: str = ""            # the file or folder name it was graded from: a later one of another source
     #                             under the same safe name is another student's, never its regrade
+    term: str = ""              # the term it was graded on: one --out folder holds one term's grades
 
     def scores(self) -> dict[str, tuple[float, float]]:
         """Per test id: (score, max_score), by the rule in harness/scoring.py (the progress table's too)."""
@@ -501,6 +502,9 @@ def _unpack(submission: Path, into: Path) -> Path:
         top = sorted(p.name for p in root.iterdir())
         held = ", ".join(printable(n)[:60] for n in top[:8]) + (", ..." if len(top) > 8 else "") if top else "nothing"
         zipped = " (a .zip inside it is not opened)" if any(n.endswith(".zip") for n in top) else ""
+        # deeper, only to say where (TA trial 13's hw/repo/adapters.py was told "which holds hw"): never graded there
+        deeper = sorted(str(p.relative_to(root)) for p in root.glob("*/*/adapters.py"))[:1]
+        zipped += f" (it has {printable(deeper[0])[:200]}, two folders down)" if deeper and not zipped else ""
         raise BadSubmission(f"no adapters.py at the top of the submission, which holds {held}: submit adapters.py "
                             f"and student/ themselves, or one folder that holds them{zipped}")
     return root
@@ -694,7 +698,9 @@ def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs
     that grades one submission and is thrown away (Gradescope's), whose shared folders the grader may
     fix rather than refuse. `reuse_sandboxes`: a slot's sandbox serves its next submission once clean
     (Sandbox.finish). Returns this run's results, in the order given."""
-    earlier = {p.name: recorded_source(p) for p in out.iterdir() if (p / RECORD).is_file()} if out.is_dir() else {}
+    records = {p.name: recorded(p) for p in out.iterdir() if (p / RECORD).is_file()} if out.is_dir() else {}
+    refuse_other_terms({n: t for n, (_, t) in records.items()}, term, f"{out} holds results")
+    earlier = {n: source for n, (source, _) in records.items()}
     names = submission_names(submissions, earlier)  # over the whole list, so that every shard names alike
     if len(set(names)) != len(names):  # the same file given twice
         raise ValueError("a submission is given twice: " + ", ".join(sorted({n for n in names if names.count(n) > 1})))
@@ -878,6 +884,7 @@ def _write_results(folder: Path, graded: Graded, term: str) -> None:
     cut short (a kill, a full disk) holds no result rather than a stale or a partial one."""
     folder.mkdir(exist_ok=True)
     _clear_result(folder)
+    graded.term = term
     (folder / "results.json").write_text(json.dumps(results_json(graded, term), indent=1))
     (folder / "junit.xml").write_text(junit_xml(graded))
     (folder / "output.txt").write_text(graded.output)
@@ -952,20 +959,38 @@ def read_record(record: Path, name: str) -> Graded:
         raise BadResult(f"{record} cannot be used ({e}): left out of grades.csv; grade {name} again") from None
 
 
-def recorded_source(folder: Path) -> str:
-    """The source a result folder's graded.json records; '' where it records none (a result written before
-    sources were) or cannot be read (its regrade replaces it, as before)."""
+def recorded(folder: Path) -> tuple[str, str]:
+    """The source and the term a result folder's graded.json records; '' for what it records none of (a
+    result written before they were) or where it cannot be read (its regrade replaces it, as before)."""
     try:
-        return read_record(folder / RECORD, folder.name).source
+        record = read_record(folder / RECORD, folder.name)
     except BadResult:
-        return ""
+        return "", ""
+    return record.source, record.term
+
+
+def refuse_other_terms(terms: dict[str, str], term: str | None, what: str) -> None:
+    """ValueError where results of another term would join these in one grades.csv (TA trial 13 regraded a
+    student on a new term into the old term's --out, with no warning): `terms` maps result names to the
+    terms they were graded on ('' where unknown); `term` is the batch's, or None to require one term."""
+    known = {t for t in terms.values() if t}
+    other = sorted(known - {term}) if term is not None else sorted(known)[1:] if len(known) > 1 else []
+    if other:
+        example = next(n for n, t in sorted(terms.items()) if t == other[0])
+        raise ValueError(f"{what} graded on term {other[0]} ({example} among them)"
+                         + (f", and this batch grades term {term}" if term is not None else
+                            f", and others on term {sorted(known)[0]}")
+                         + ": one grades.csv would mix two terms' scores. Grade into another --out folder, or move "
+                           "those results aside and grade every submission again on one term")
 
 
 def _graded_from(data, name: str) -> Graded:
-    data = {"source": "", **data} if isinstance(data, dict) else data  # written before sources were recorded
+    data = {"source": "", "term": "", **data} if isinstance(data, dict) else data  # written before they were recorded
     _has_fields(data, Graded, "the record")
     if not isinstance(data["source"], str) or len(data["source"]) > NAME_BYTES:
         raise ValueError(f"source: not a file name of at most {NAME_BYTES} characters")
+    if not isinstance(data["term"], str) or len(data["term"]) > 100:
+        raise ValueError("term: not a term's name")
     if data["name"] != name or not _NAME.fullmatch(name) or len(name.encode()) > 255 or name in BATCH_FILES:
         raise ValueError(f"its name is {str(data['name'])[:100]!r}, not its folder's")
     if data["status"] not in STATUS_NOTES:
@@ -1092,6 +1117,11 @@ def merge(shards: list[Path], out: Path, project: Path | None = None) -> tuple[l
                 refused.append(f"{g.name} is in {found[g.name][0]} and in {shard} with different results: "
                                "remove the one to drop, then merge again")
             found.setdefault(g.name, (shard, g))
+    try:
+        refuse_other_terms({n: g.term for n, (_, g) in found.items()} | {g.name: g.term for g in
+                           (Results(out).read()[0] if out.is_dir() else []) if g.name not in found}, None, "the results are")
+    except ValueError as e:
+        refused.append(str(e))
     if refused:
         raise ValueError("nothing merged:\n  " + "\n  ".join(refused))
     out.mkdir(parents=True, exist_ok=True)

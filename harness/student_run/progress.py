@@ -160,7 +160,9 @@ class Progress:
         total = sum(self.covered[n]["points"] for n in functions)
         earned = sum(self.points(n) for n in self.results if not self.unrun(n))
         public = sum(self.max_public_points(n) for n in functions)
-        scope = "" if self.full_run() else " of the functions whose tests all ran"
+        ran = sum(self.covered[n]["points"] for n in functions if n in self.results and not self.unrun(n))
+        # what those functions can earn beside the term's total (TA trial 13 read 5.9/123 of a --function run)
+        scope = "" if self.full_run() else f" of the functions whose tests all ran ({ran:g} of the {total:g} are theirs)"
         if hidden_ran:
             return [f"Total: {earned:.1f}/{total:g} points{scope}, hidden cases included: counted as the grader counts"]
         lines = [f"Total: {earned:.1f}/{total:g} points from the public tests{scope}, an estimate: as if each "
