@@ -173,7 +173,9 @@ def adapter(unit: str, module: str, glue: str, *, points: float, tolerance=DEFAU
     `names_own_pieces_only`: the term stores fingerprints of the known mistakes in the pieces its glue calls, not
     of those deeper in them (attention's, RoPE's): for a function whose every call trains a model, each
     fingerprint is a training run at build time, and a deeper mistake fails its own function first, into
-    which the report folds this one ("fix run_softmax first"). `raises`: the exception class its docstring
+    which the report folds this one ("fix run_softmax first"). Also where the reference's piece calls another
+    function's that a student's need not call (training accounting's counts: a mistake in the transformer's
+    counts was named for a student whose transformer counts were right). `raises`: the exception class its docstring
     names for invalid input (a subclass passes); where it names none, any exception does. `host_flags`: inputs
     the glue branches on (AdamW's has_grad: whether a parameter gets a .grad at a step), which the meta-device
     probe leaves on the CPU: a meta tensor cannot answer them, and the probe stopped there, before the code
