@@ -698,9 +698,11 @@ def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs
     that grades one submission and is thrown away (Gradescope's), whose shared folders the grader may
     fix rather than refuse. `reuse_sandboxes`: a slot's sandbox serves its next submission once clean
     (Sandbox.finish). Returns this run's results, in the order given."""
-    records = {p.name: recorded(p) for p in out.iterdir() if (p / RECORD).is_file()} if out.is_dir() else {}
-    refuse_other_terms({n: t for n, (_, t) in records.items()}, term, f"{out} holds results")
-    earlier = {n: source for n, (source, _) in records.items()}
+    results = Results(out)  # its records are read once: the batch's grades.csv is rebuilt from the same cache
+    before, _ = results.read()
+    refuse_other_terms({g.name: g.term for g in before}, term, f"{out} holds results")
+    earlier = {p.name: "" for p in out.iterdir() if (p / RECORD).is_file()} if out.is_dir() else {}
+    earlier |= {g.name: g.source for g in before}  # '' where unreadable: its regrade replaces it, as before
     names = submission_names(submissions, earlier)  # over the whole list, so that every shard names alike
     if len(set(names)) != len(names):  # the same file given twice
         raise ValueError("a submission is given twice: " + ", ".join(sorted({n for n in names if names.count(n) > 1})))
@@ -711,7 +713,7 @@ def grade_all(project: Path, submissions: list[Path], term: str, out: Path, jobs
         grader = Grader(project, term, timeout, case_timeout, memory_mb, require_confinement, protections, uid_block,
                         submissions, out, disposable_host, reuse_sandboxes)
         try:
-            return _grade_with(grader, submissions, names, out, jobs, progress, announce)
+            return _grade_with(grader, submissions, names, results, jobs, progress, announce)
         finally:
             grader.close()
 
@@ -771,13 +773,12 @@ def slots(jobs: int, count: int, protections: Protections, announce=None) -> int
     return wanted
 
 
-def _grade_with(grader: Grader, submissions: list[Path], names: list[str], out: Path, jobs: int, progress,
+def _grade_with(grader: Grader, submissions: list[Path], names: list[str], results: "Results", jobs: int, progress,
                 announce) -> list[Graded]:
-    term = grader.term_name
+    term, out = grader.term_name, results.out
     if announce:
         announce(grader.protections.describe())
     out.mkdir(parents=True, exist_ok=True, mode=0o777 if grader.writable is None else 0o700)  # see readable_by_workers
-    results = Results(out)
     todo: queue.Queue = queue.Queue()
     for submission, name in zip(submissions, names):
         todo.put((submission, name))
@@ -957,16 +958,6 @@ def read_record(record: Path, name: str) -> Graded:
         return _graded_from(json.loads(data), name)
     except (OSError, ValueError, RecursionError) as e:  # bad JSON and bad UTF-8 are ValueErrors
         raise BadResult(f"{record} cannot be used ({e}): left out of grades.csv; grade {name} again") from None
-
-
-def recorded(folder: Path) -> tuple[str, str]:
-    """The source and the term a result folder's graded.json records; '' for what it records none of (a
-    result written before they were) or where it cannot be read (its regrade replaces it, as before)."""
-    try:
-        record = read_record(folder / RECORD, folder.name)
-    except BadResult:
-        return "", ""
-    return record.source, record.term
 
 
 def refuse_other_terms(terms: dict[str, str], term: str | None, what: str) -> None:

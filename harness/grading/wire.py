@@ -186,7 +186,11 @@ def _decode(value, tensors: dict, budget: _Budget):
     if "$meta" in value:
         return torch.empty([int(s) for s in value["$meta"]], dtype=_dtype(value["dtype"]), device="meta")
     if "$dict" in value:
-        return {str(budget.spend(k) or k): _decode(v, tensors, budget) for k, v in value["$dict"].items()}
+        decoded = {}
+        for k, v in value["$dict"].items():
+            budget.spend(k)  # a key is a string too
+            decoded[str(k)] = _decode(v, tensors, budget)
+        return decoded
     if "$float" in value and value["$float"] in ("nan", "inf", "-inf"):
         return float(value["$float"])
     raise WireError(f"unknown value {sorted(value)[:3]}")
