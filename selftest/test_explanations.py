@@ -692,6 +692,12 @@ CRASHES = {  # name: (student file, old, new, function, error, the line it raise
                                             "exp never sees more than 0", "    top = x.amax(dim=-1)",
                                             "run_cross_entropy", "RuntimeError", "lse = (x - top).exp()",
                                             "keep the axis, keepdim=True"),
+    # F.cross_entropy on [batch, seq, vocab] logits (blind trial 13): torch's bare "Expected target size"
+    "F.cross_entropy on 3-D logits": ("training.py", "    x = inputs if inputs.dtype == torch.float64 else inputs.float()",
+                                      "    return torch.nn.functional.cross_entropy(inputs.float(), targets)"
+                                      ".to(inputs.dtype)", "run_cross_entropy", "RuntimeError",
+                                      "torch.nn.functional.cross_entropy(inputs.float(), targets)",
+                                      "take the classes on dim 1"),
     # starts from randint(0, len - T - 1): numpy's bare "high <= 0" on a dataset with one valid start,
     # located in numpy's compiled code
     "get_batch without the last start": ("training.py", "    starts = torch.randint(0, len(dataset) - context_length, "

@@ -263,6 +263,7 @@ _MIXED_DTYPES = re.compile(r"same dtype|expected scalar type|should be the same|
 _BROADCAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
 _EINSUM = re.compile(r"has size (\d+) (?:for operand \d+ )?which does not broadcast with previously seen "
                      r"(?:ellipsis with )?size (\d+)")
+_CLASSES_ON_DIM_1 = re.compile(r"Expected target size|size mismatch \(got input: \[[\d, ]*\] ?, target: ")
 _MATMUL = re.compile(r"shapes cannot be multiplied \(([^)]*)\)|size mismatch, got input \(([^)]*)\)")
 
 
@@ -291,6 +292,10 @@ def crash(error: BaseException, case, inputs: dict) -> str | None:
         return ("a float32 tensor met a float16/bfloat16 one in a single op. This case's inputs are 16-bit: "
                 "compute in float32 throughout, upcasting x once and each weight where it is used "
                 "(F.linear(x, self.weight.to(x.dtype))), and round the result once to the input's dtype")
+    if _CLASSES_ON_DIM_1.search(message):  # torch's cross_entropy and nll_loss, on logits of more than 2 dims
+        return ("F.cross_entropy (and F.nll_loss) take the classes on dim 1: logits [batch, seq, vocab_size] were read "
+                "as seq classes. Flatten both first, F.cross_entropy(logits.reshape(-1, logits.shape[-1]), "
+                "targets.reshape(-1)), as this function takes any number of leading dims")
     if match := _MATMUL.search(message):
         return (f"a matrix product whose inner sizes differ ({match.group(1) or match.group(2)}): a weight used "
                 "without its transpose? W is stored [d_out, d_in], so y = x @ W.T (or einsum('...i,oi->...o'))")
