@@ -182,12 +182,11 @@ def _not_next_tokens(x: torch.Tensor, y: torch.Tensor) -> str:
     first = tuple((y != x + 1).any(-1).nonzero()[0].tolist())
     said = f"y must be x shifted by one token, y = dataset[s + 1 : s + {T} + 1]; for x {x[first].tolist()} got y " \
            f"{y[first].tolist()}"
-    offsets = (y[..., 0] - x[..., 0]).unique()
     if torch.equal(y, x):
         return said + ": the targets are not shifted"
     if torch.equal(x, y + 1):
         return said + ": x and y are swapped (return the window first, then its next tokens)"
-    if (y - y[..., :1] == torch.arange(T)).all() and len(offsets) > 1:  # windows, each row's from another start
+    if (y - y[..., :1] == torch.arange(T)).all() and len((y[..., 0] - x[..., 0]).unique()) > 1:  # other rows' windows
         return said + (": y's rows are windows, but not of their own x's start + 1: draw the starts once and slice "
                        "each row's x and y from the same start")
     return said
@@ -265,14 +264,12 @@ def test_batches_read_their_windows_not_the_whole_corpus(adapters, memmap):
             f"held {peak / 2**20:.1f} MiB of numpy memory at once ({peak / CORPUS:.0f} bytes an id)")
     corpus = (f"an np.memmap of {CORPUS:,} uint16 ids (a {2 * CORPUS / 2**20:.0f} MiB file)" if memmap else
               f"an int64 array of {CORPUS:,} ids")
-    permuted = made and largest.op == "randperm"  # the op says which (blind trial 13 was told both)
-    how = ("drew its starts from a permutation of every position (torch.randperm; np.random.choice(n, "
-           "replace=False) and np.random.permutation likewise)" if permuted else
-           "converted or copied the whole array (torch.tensor(dataset), torch.from_numpy(dataset).long(), "
-           "dataset.astype(np.int64), np.array(dataset))" if made else
-           "converted or copied the whole array (torch.tensor(dataset), torch.from_numpy(dataset).long(), "
-           "dataset.astype(np.int64), np.array(dataset)), or drew its starts from a permutation of every position "
-           "(np.random.choice(n, replace=False), np.random.permutation)")
+    copied = ("converted or copied the whole array (torch.tensor(dataset), torch.from_numpy(dataset).long(), "
+              "dataset.astype(np.int64), np.array(dataset))")
+    permuted = ("drew its starts from a permutation of every position (torch.randperm, np.random.choice(n, "
+                "replace=False), np.random.permutation)")
+    # a tensor it made names its op (blind trial 13's randperm was told both); numpy memory does not
+    how = (permuted if largest.op == "randperm" else copied) if made else f"{copied}, or {permuted}"
     assert not made and peak <= (3 if memmap else 1) * CORPUS, (
         f"to take 4 windows of {T} ids from {corpus}, get_batch {what}: it {how}. A real corpus is a memmap of "
         "gigabytes, read or permuted in full on every call that way: draw B starts, index the windows, "

@@ -203,7 +203,7 @@ class Grader:
         """Vet and copy one submission; the copy holds only adapters.py and student/, and with
         the uid drop it is that slot's uid's alone (a neighbour's worker cannot read it). With a
         `slot`, the copy is that slot's folder's one entry, where its sandbox finds each in turn."""
-        graded = Graded(name, source=printable(submission.name)[:NAME_BYTES])
+        graded = Graded(name, source=source_of(submission))
         unpacked = self.work / f"unpacked-{graded.name}"
         copy = self.work / f"submission-{graded.name}"
         if slot is not None:
@@ -471,8 +471,13 @@ def submission_names(submissions: list[Path], earlier: dict[str, str] | Collecti
 
     def apart(n: str, s: Path) -> bool:
         return n in taken or f"{n}{APART}{_digest(s.name)}" in sources or \
-            sources.get(n, "") not in ("", printable(s.name)[:NAME_BYTES])
+            sources.get(n, "") not in ("", source_of(s))
     return [f"{n}{APART}{_digest(s.name)}" if apart(n, s) else n for n, s in zip(names, submissions)]
+
+
+def source_of(submission: Path) -> str:
+    """What graded.json records of where a result came from: the submission's file or folder name."""
+    return printable(submission.name)[:NAME_BYTES]
 
 
 def _digest(text: str) -> str:
@@ -846,7 +851,7 @@ def _grade_with(grader: Grader, submissions: list[Path], names: list[str], resul
 
 def _grade_one(grader: Grader, driver: Driver, submission: Path, name: str) -> Graded:
     """One submission's result: whatever goes wrong becomes its status, never the batch's."""
-    result, copy = Graded(name, source=printable(submission.name)[:NAME_BYTES]), None
+    result, copy = Graded(name, source=source_of(submission)), None
     try:
         uid = driver.uid if grader.protections.uid_drop else None
         result, copy = grader.prepare(submission, name, uid, driver.slot)
@@ -1108,9 +1113,10 @@ def merge(shards: list[Path], out: Path, project: Path | None = None) -> tuple[l
                 refused.append(f"{g.name} is in {found[g.name][0]} and in {shard} with different results: "
                                "remove the one to drop, then merge again")
             found.setdefault(g.name, (shard, g))
+    results = Results(out)  # read once: what it caches is reread only where a copy below changed it
+    terms = {g.name: g.term for g in results.read()[0]} | {n: g.term for n, (_, g) in found.items()}
     try:
-        refuse_other_terms({n: g.term for n, (_, g) in found.items()} | {g.name: g.term for g in
-                           (Results(out).read()[0] if out.is_dir() else []) if g.name not in found}, None, "the results are")
+        refuse_other_terms(terms, None, "the results are")
     except ValueError as e:
         refused.append(str(e))
     if refused:
@@ -1118,7 +1124,7 @@ def merge(shards: list[Path], out: Path, project: Path | None = None) -> tuple[l
     out.mkdir(parents=True, exist_ok=True)
     for name, (shard, _) in sorted(found.items()):
         _copy_result(shard / name, out / name)
-    return Results(out).write(project, report=True)
+    return results.write(project, report=True)
 
 
 def _same_result(a: Graded, b: Graded) -> bool:
