@@ -1,6 +1,9 @@
 """Speed and size figures for the student suite and the fixture store.
 
-    python benchmarks/bench.py [--runs 7] [--term NAME]   (default: the pinned term)
+    python benchmarks/bench.py [--runs N] [--term NAME]   (default: the pinned term)
+
+--runs is the number of timed runs of each figure: 7 suite runs, 3 grading batches and 3 class
+reports when not given.
 
 Prints medians over several runs. Targets (checked here, never by a timed test):
 the full student suite against the reference within 1.6x a bare `import torch` on the
@@ -67,7 +70,8 @@ def folder_size(folder: Path) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=None,
+                        help="timed runs of each figure (default: 7 of the suite, 3 grading batches and reports)")
     parser.add_argument("--term", default=None, help="fixture term (default: [tool.harness] term)")
     parser.add_argument("--grading", type=int, default=20, metavar="N",
                         help="grade N reference submissions with --jobs 2 (0 skips it)")
@@ -79,11 +83,13 @@ def main() -> None:
     args = parser.parse_args()
     from harness.store import pinned_term
     args.term = args.term or pinned_term(PROJECT)
+    batches = args.runs or 3
     if args.report_only:
-        return report(args.report, args.term)
+        return report(args.report, args.term, batches)
     if args.grading_only:
-        grading(args.grading or 20, args.term)
+        grading(args.grading or 20, args.term, batches)
         return
+    args.runs = args.runs or 7
 
     print(f"median of {args.runs} runs")
     suite_vs_torch(args.runs)
@@ -114,9 +120,9 @@ def main() -> None:
 
 
     if args.grading:
-        grading(args.grading, args.term)
+        grading(args.grading, args.term, batches)
     if args.report:
-        report(args.report, args.term)
+        report(args.report, args.term, batches)
 
 
 def grading(n: int, term: str, runs: int = 3) -> None:
