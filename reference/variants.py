@@ -2021,6 +2021,7 @@ class _AdamW(optimizer.AdamW):
     from_defaults = ()      # settings read from self.defaults, not from each group
     other_defaults = {}     # __init__ defaults other than torch's (a keyword not given takes these)
     update_rebound = False  # p = p - lr * m_hat / denom: a new tensor bound to the loop's name (blind trial 13)
+    step_of_first = False   # every parameter's t read from the group's first parameter's count (blind trial 13)
 
     def __init__(self, params, **settings):
         super().__init__(params, **{**self.other_defaults, **settings})
@@ -2055,6 +2056,8 @@ class _AdamW(optimizer.AdamW):
                     state.update(step=0, exp_avg=made(), exp_avg_sq=made())
                 state["step"] += 1
                 t = self.calls if self.shared_step else state["step"]
+                first = self.state[group["params"][0]]
+                t = first["step"] if self.step_of_first and first else t
                 m, v = state["exp_avg"], state["exp_avg_sq"]
                 if self.decay == "l2":
                     g = g + wd * p
@@ -2537,3 +2540,5 @@ register("training_memory_embeddings_frozen", "training memory leaves out the to
          hint=("the token embeddings left out of the trained parameters (as if frozen): an LLM's embeddings train "
                "jointly with every other weight from the first step, so they have a gradient and two moments too"),
          named_by="as if frozen", accounting__training_accounting=_training(_embeddings_frozen))
+register("adamw_step_of_first_parameter", "AdamW's bias corrections use the first parameter's step count for all",
+         named_by="each parameter counts its own steps", optimizer__AdamW=_set(_AdamW, step_of_first=True))

@@ -122,12 +122,35 @@ def test_a_concatenation_of_named_tensors_says_which_differ():
     inputs = {"weights": weights, "grads": {k: torch.zeros(3, *t.shape) for k, t in weights.items()}, "lr": 0.1}
     one = e.clone()
     one[7] += 1.0  # b's second element
-    assert named_parts(one, e, case, inputs) == "1 of the 3 tensors differ: b (1 of 4); the others are right"
+    assert named_parts(one, e, case, inputs) == "1 of the 3 tensors differs: b (1 of 4); the others are right"
     assert named_parts(e + 1.0, e, case, inputs) == "all 3 tensors differ, in 15 of their 15 elements"
     steps = torch.stack([e, one])  # [steps, total]: the last axis is still the concatenation
-    assert named_parts(steps, torch.stack([e, e]), case, inputs).startswith("1 of the 3 tensors differ: b")
+    assert named_parts(steps, torch.stack([e, e]), case, inputs).startswith("1 of the 3 tensors differs: b")
     assert named_parts(e.clone(), e, case, inputs) is None
     assert named_parts(one, e, case, {"weights": {"a": weights["a"]}}) is None  # sizes that do not add up
+
+
+def test_adamw_steps_that_differ_only_after_a_skipped_step_say_so():
+    """Blind trial 13: every parameter's bias corrections from the first parameter's step count. A tensor that
+    goes wrong at its first step with a gradient after one without is told about per-parameter step counts;
+    one that is wrong from its first step, or at another step, is not (a mistake in the update itself)."""
+    from types import SimpleNamespace
+    from harness.student_run.diagnose import named_parts
+    params = {"a": torch.zeros(2), "b": torch.zeros(3)}
+    has_grad = {"a": torch.tensor([True, True, True, True]), "b": torch.tensor([True, False, False, True])}
+    inputs = {"params": params, "grads": {k: torch.zeros(4, *t.shape) for k, t in params.items()}, "has_grad": has_grad}
+    case = SimpleNamespace(atol=1e-5, rtol=1e-4, ulps=0)
+    expected = torch.zeros(4, 5)
+
+    def wrong_from(step: int) -> torch.Tensor:
+        actual = expected.clone()
+        actual[step:, 2:] += 1.0  # b, from `step` on
+        return actual
+    said = named_parts(wrong_from(3), expected, case, inputs)
+    assert said.startswith("1 of the 2 tensors differs: b") and "each parameter counts its own steps" in said
+    for step in (0, 1, 2):  # from its first step, or at a step without a gradient: not a step count's symptom
+        assert "counts its own steps" not in named_parts(wrong_from(step), expected, case, inputs)
+    assert "counts its own steps" not in named_parts(wrong_from(3), expected, case, {**inputs, "has_grad": None})
 
 
 def test_reduced_precision_is_judged_within_one_ulp():

@@ -681,13 +681,34 @@ def named_parts(actual, expected, case, inputs: dict) -> str | None:
         return None
     names = sorted(parts[0])
     sizes = [parts[0][k].numel() for k in names]
-    bad = mismatched(actual.detach(), expected, case.atol, case.rtol, case.ulps).reshape(-1, actual.shape[-1]).any(0)
+    rows = mismatched(actual.detach(), expected, case.atol, case.rtol, case.ulps).reshape(-1, actual.shape[-1])
+    bad = rows.any(0)
     wrong = [f"{k} ({int(b.sum())} of {b.numel()})" for k, b in zip(names, bad.split(sizes)) if b.any()]
     if not wrong:
         return None
     if len(wrong) == len(names):
-        return f"all {len(names)} tensors differ, in {int(bad.sum())} of their {bad.numel()} elements"
-    return f"{len(wrong)} of the {len(names)} tensors differ: {', '.join(wrong)}; the others are right"
+        said = f"all {len(names)} tensors differ, in {int(bad.sum())} of their {bad.numel()} elements"
+    else:
+        said = (f"{len(wrong)} of the {len(names)} tensors {'differs' if len(wrong) == 1 else 'differ'}: "
+                f"{', '.join(wrong)}; the others are right")
+    steps = {k: part.any(1) for k, part in zip(names, rows.split(sizes, dim=1)) if part.any()}
+    return said + (_after_a_step_without_gradient(steps, inputs.get("has_grad")) or "")
+
+
+def _after_a_step_without_gradient(wrong_steps: dict[str, torch.Tensor], has_grad) -> str | None:
+    """AdamW's steps: where every wrong tensor first differs at its first step with a gradient after one
+    without, the update is right and what a skipped step leaves behind is not (a step count shared with
+    another parameter, or advanced without a gradient). Only then: a mistake wrong from the start differs earlier."""
+    if not isinstance(has_grad, dict) or not all(k in has_grad for k in wrong_steps):
+        return None
+    for name, wrong in wrong_steps.items():
+        steps = has_grad[name].bool().tolist()
+        skipped = steps.index(False) if False in steps else None
+        after = next((t for t in range(skipped + 1, len(steps)) if steps[t]), None) if skipped is not None else None
+        if after is None or len(wrong) != len(steps) or int(wrong.int().argmax()) != after:
+            return None
+    return ("; each wrong tensor first differs at its first step with a gradient after a step without one "
+            "(has_grad False): each parameter counts its own steps, only those with a gradient, in its own state")
 
 
 def _ranges(indices: list[int]) -> str:
