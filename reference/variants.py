@@ -2022,6 +2022,7 @@ class _AdamW(optimizer.AdamW):
     other_defaults = {}     # __init__ defaults other than torch's (a keyword not given takes these)
     update_rebound = False  # p = p - lr * m_hat / denom: a new tensor bound to the loop's name (blind trial 13)
     step_of_first = False   # every parameter's t read from the group's first parameter's count (blind trial 13)
+    m_from_first_grad = False  # m starts as the first gradient, not zeros (blind trial 13)
 
     def __init__(self, params, **settings):
         super().__init__(params, **{**self.other_defaults, **settings})
@@ -2053,7 +2054,7 @@ class _AdamW(optimizer.AdamW):
                 state = self.state[p]
                 if not state:
                     made = (lambda: torch.zeros(p.shape, dtype=p.dtype)) if self.state_on_cpu else (lambda: torch.zeros_like(p))
-                    state.update(step=0, exp_avg=made(), exp_avg_sq=made())
+                    state.update(step=0, exp_avg=g.clone() if self.m_from_first_grad else made(), exp_avg_sq=made())
                 state["step"] += 1
                 t = self.calls if self.shared_step else state["step"]
                 first = self.state[group["params"][0]]
@@ -2542,3 +2543,8 @@ register("training_memory_embeddings_frozen", "training memory leaves out the to
          named_by="as if frozen", accounting__training_accounting=_training(_embeddings_frozen))
 register("adamw_step_of_first_parameter", "AdamW's bias corrections use the first parameter's step count for all",
          named_by="each parameter counts its own steps", optimizer__AdamW=_set(_AdamW, step_of_first=True))
+register("adamw_m_from_first_gradient", "AdamW's m starts as the first gradient instead of zeros",
+         hint=("m started from the first gradient (state['m'] = grad.clone()) instead of zeros: m_1 = g, and the bias "
+               "correction then divides it by 1 - beta1, so the first steps are 1 / (1 - beta1) times too large; "
+               "start m and v at zeros: the bias corrections undo exactly that start"),
+         named_by="started from the first gradient", optimizer__AdamW=_set(_AdamW, m_from_first_grad=True))

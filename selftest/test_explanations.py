@@ -133,7 +133,8 @@ def test_a_concatenation_of_named_tensors_says_which_differ():
 def test_adamw_steps_that_differ_only_after_a_skipped_step_say_so():
     """Blind trial 13: every parameter's bias corrections from the first parameter's step count. A tensor that
     goes wrong at its first step with a gradient after one without is told about per-parameter step counts;
-    one that is wrong from its first step, or at another step, is not (a mistake in the update itself)."""
+    one that is wrong from its first step, or at another step, is not (a mistake in the update itself), nor is
+    one whose first step with a gradient follows steps without one: that step is its first (m made from it)."""
     from types import SimpleNamespace
     from harness.student_run.diagnose import named_parts
     params = {"a": torch.zeros(2), "b": torch.zeros(3)}
@@ -151,6 +152,8 @@ def test_adamw_steps_that_differ_only_after_a_skipped_step_say_so():
     for step in (0, 1, 2):  # from its first step, or at a step without a gradient: not a step count's symptom
         assert "counts its own steps" not in named_parts(wrong_from(step), expected, case, inputs)
     assert "counts its own steps" not in named_parts(wrong_from(3), expected, case, {**inputs, "has_grad": None})
+    late_start = {**has_grad, "b": torch.tensor([False, False, False, True])}
+    assert "counts its own steps" not in named_parts(wrong_from(3), expected, case, {**inputs, "has_grad": late_start})
 
 
 def test_reduced_precision_is_judged_within_one_ulp():

@@ -686,7 +686,9 @@ def named_parts(actual, expected, case, inputs: dict) -> str | None:
     wrong = [f"{k} ({int(b.sum())} of {b.numel()})" for k, b in zip(names, bad.split(sizes)) if b.any()]
     if not wrong:
         return None
-    if len(wrong) == len(names):
+    if len(names) == 1:
+        said = f"{names[0]} differs in {int(bad.sum())} of its {bad.numel()} elements"
+    elif len(wrong) == len(names):
         said = f"all {len(names)} tensors differ, in {int(bad.sum())} of their {bad.numel()} elements"
     else:
         said = (f"{len(wrong)} of the {len(names)} tensors {'differs' if len(wrong) == 1 else 'differ'}: "
@@ -697,18 +699,25 @@ def named_parts(actual, expected, case, inputs: dict) -> str | None:
 
 def _after_a_step_without_gradient(wrong_steps: dict[str, torch.Tensor], has_grad) -> str | None:
     """AdamW's steps: where every wrong tensor first differs at its first step with a gradient after one
-    without, the update is right and what a skipped step leaves behind is not (a step count shared with
-    another parameter, or advanced without a gradient). Only then: a mistake wrong from the start differs earlier."""
+    without, and one of them was right on steps with a gradient before it, the update is right and what a
+    skipped step leaves behind is not (a step count shared with another parameter, or advanced without a
+    gradient). A mistake in the update differs from a tensor's first step with a gradient (m made from the
+    first gradient, say: where that step follows steps without one, it alone cannot tell the two apart)."""
     if not isinstance(has_grad, dict) or not all(k in has_grad for k in wrong_steps):
         return None
+    right_before = False
     for name, wrong in wrong_steps.items():
         steps = has_grad[name].bool().tolist()
         skipped = steps.index(False) if False in steps else None
         after = next((t for t in range(skipped + 1, len(steps)) if steps[t]), None) if skipped is not None else None
         if after is None or len(wrong) != len(steps) or int(wrong.int().argmax()) != after:
             return None
+        right_before |= any(steps[:skipped])
+    if not right_before:
+        return None
     return ("; each wrong tensor first differs at its first step with a gradient after a step without one "
-            "(has_grad False): each parameter counts its own steps, only those with a gradient, in its own state")
+            "(has_grad False), and is right before it: each parameter counts its own steps, only those with a "
+            "gradient, in its own state")
 
 
 def _ranges(indices: list[int]) -> str:
