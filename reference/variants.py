@@ -2548,3 +2548,18 @@ register("adamw_m_from_first_gradient", "AdamW's m starts as the first gradient 
                "correction then divides it by 1 - beta1, so the first steps are 1 / (1 - beta1) times too large; "
                "start m and v at zeros: the bias corrections undo exactly that start"),
          named_by="started from the first gradient", optimizer__AdamW=_set(_AdamW, m_from_first_grad=True))
+
+
+def _strictly_earlier_but_row_0(seq, device):
+    """tril(diagonal=-1), with row 0's own key put back so that it is not all -inf (blind trial 13)."""
+    mask = torch.ones(seq, seq, dtype=torch.bool, device=device).tril(-1)
+    mask[0, 0] = True
+    return mask
+
+
+register("causal_mask_hides_diagonal_but_row_0", "causal mask hiding the diagonal, row 0 patched to see itself",
+         hint=("a causal mask that hides the diagonal (tril(diagonal=-1)), with query 0 let see itself so that its "
+               "row is not all masked: every query must see its own key, tril(diagonal=0); position 0 is right "
+               "only because it sees itself alone"),
+         named_by="hides the diagonal", attention__MultiHeadSelfAttention=_set(_MHA, causal_mask=staticmethod(
+             _strictly_earlier_but_row_0)))

@@ -636,8 +636,8 @@ def _wrong_result(term, case, actual, expected, nonfinite) -> list[tuple[str, st
     differs = what_differs(actual, expected, case.atol, case.rtol, axes[:-1] if named else axes, case.ulps)
     differs = "; ".join(fact for fact in (differs, named) if fact) or None
     if one_key and differs and "every index but the first (index 0 is right)" in differs:
-        differs += (" (in causal attention position 0 sees one key, itself, whose weight is 1 whatever "
-                    "the scores: a mistake in the scores, the scale or the softmax leaves it right)")
+        differs += (" (in causal attention position 0 sees one key, itself, whose weight is 1 whatever the scores: "
+                    "a mistake in the scores, the scale, the softmax or the keys later rows may see leaves it right)")
     return [("Likely cause", heuristic(actual, expected, case.atol, case.rtol, causal=one_key, axes=axes)),
             ("What differs", differs)]
 
