@@ -337,15 +337,17 @@ def _alibi_tril_loop(num_heads, seq_len):
 
 
 def _t5_log_buckets(relative, bidirectional, num_buckets, max_distance, *, dtype=torch.float32, key_minus_query=True,
-                    zero_above=False, rounding=torch.floor, causal_abs=False, clamp=True, log_of_max=False):
+                    zero_above=False, rounding=torch.floor, causal_abs=False, clamp=True, log_of_max=False,
+                    exact_of_all=False):
     """T5's bucket rule as Hugging Face writes it, with floor(log(...)) in `dtype`, and a knob per mistake."""
     r = relative if key_minus_query else -relative
+    all_buckets = num_buckets
     if bidirectional:
         num_buckets //= 2
         offset, n = ((r >= 0) if zero_above else (r > 0)).long() * num_buckets, r.abs()
     else:
         offset, n = torch.zeros_like(r), r.abs() if causal_abs else -torch.min(r, torch.zeros_like(r))
-    exact = num_buckets // 2
+    exact = (all_buckets if exact_of_all else num_buckets) // 2
     scaled = torch.log(n.to(dtype) / exact) / math.log(max_distance if log_of_max else max_distance / exact) * \
         (num_buckets - exact)
     large = exact + rounding(scaled).long()
@@ -2563,3 +2565,8 @@ register("causal_mask_hides_diagonal_but_row_0", "causal mask hiding the diagona
                "only because it sees itself alone"),
          named_by="hides the diagonal", attention__MultiHeadSelfAttention=_set(_MHA, causal_mask=staticmethod(
              _strictly_earlier_but_row_0)))
+register("t5_max_exact_of_all_buckets", "T5's max_exact as half of all num_buckets, not of each direction's half",
+         hint=("max_exact = num_buckets // 2 taken before the bidirectional halving: with bidirectional buckets each "
+               "direction has half = num_buckets // 2 of them, and max_exact = half // 2 of those are exact"),
+         named_by="before the bidirectional halving",
+         positions__t5_buckets=functools.partial(_t5_log_buckets, exact_of_all=True))
