@@ -235,6 +235,16 @@ def test_a_submission_named_apart_in_its_batch_keeps_that_name_when_regraded_alo
     assert submission_names([Path("subs/bob")], earlier=set(batch)) == ["bob"]
 
 
+def test_a_name_that_mixes_scripts_takes_a_digest_so_it_cannot_pass_for_another():
+    """Red team 13: `rеference`, its e Cyrillic, made a grades.csv row that read as `reference`'s. A name
+    whose letters mix scripts is told apart by a digest; one script, any script, stays as it is."""
+    from harness.grading.grade import APART, submission_names
+    names = submission_names([Path("subs/reference"), Path("subs/r\u0435ference.zip")])
+    assert names[0] == "reference" and names[1].startswith(f"r\u0435ference{APART}"), names
+    single = ["Иван_Петров", "José-García", "山田たろう", "김민준", "Ζωή", "alice2"]
+    assert submission_names([Path(n) for n in single]) == single
+
+
 def test_a_submission_cannot_take_another_ones_result_by_its_name():
     """Red team 13: a folder named `ref-3ff6c057`, another batch's digest name for `ref`, replaced that
     student's 123 with its own 0 as if it were a regrade; so could `a_b` replace `a b` (one safe name).

@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+import unicodedata
 import zipfile
 import zlib
 from collections.abc import Collection
@@ -451,11 +452,29 @@ APART = "~"  # joins a safe name and a digest: the safe names never hold it, so 
 
 
 def submission_name(submission: Path) -> str:
-    """The name a submission's results go under: one safe folder name inside --out."""
+    """The name a submission's results go under: one safe folder name inside --out. A name whose letters
+    mix scripts takes a digest too: red team 13's Cyrillic-e `rеference` made a row that read as another's."""
     name = re.sub(r"[^\w.@+-]", "_", submission.name.removesuffix(".zip"))
     if len(name.encode()) > NAME_CHARS:
         name = name.encode()[:NAME_CHARS - 9].decode(errors="ignore") + APART + _digest(submission.name)
+    elif len(scripts(name)) > 1:
+        name += APART + _digest(submission.name)
     return "_" + name if name.startswith(".") or name in ("", *BATCH_FILES) else name
+
+
+# Scripts that one writing system uses together (Japanese, Korean, Chinese): one script, as Unicode's
+# confusable-detection rules (UTS #39) count them
+_ONE_WRITING = {"HIRAGANA": "CJK", "KATAKANA": "CJK", "HANGUL": "CJK", "BOPOMOFO": "CJK"}
+
+
+def scripts(name: str) -> set[str]:
+    """The scripts of a name's letters, by the first word of their Unicode names (LATIN, CYRILLIC, ...)."""
+    found = set()
+    for c in name:
+        if c.isalpha():
+            first = unicodedata.name(c, "UNKNOWN").split()[0]
+            found.add(_ONE_WRITING.get(first, first))
+    return found
 
 
 def submission_names(submissions: list[Path], earlier: dict[str, str] | Collection[str] = ()) -> list[str]:
