@@ -581,7 +581,7 @@ register("attention_q_k_swapped", "scores computed as K Q^T",
 
 # ---- attention with an additive bias
 
-def _biased(*, scale_bias=False, low_precision=False, after_softmax=False):
+def _biased(*, scale_bias=False, low_precision=False, after_softmax=False, mask_after=False):
     def sdpa(Q, K, V, bias, mask=None):
         work = Q.dtype if low_precision else torch.promote_types(Q.dtype, torch.float32)
         Q, K, V, bias = Q.to(work), K.to(work), V.to(work), bias.to(work)
@@ -589,9 +589,11 @@ def _biased(*, scale_bias=False, low_precision=False, after_softmax=False):
         scores = (scores + bias) / math.sqrt(Q.shape[-1]) if scale_bias else scores / math.sqrt(Q.shape[-1]) + bias
         if after_softmax:
             scores = scores - bias
-        if mask is not None:
+        if mask is not None and not mask_after:
             scores = scores.masked_fill(~mask, float("-inf"))
         weights = torch.softmax(scores, dim=-1)
+        if mask is not None and mask_after:  # the masked weights zeroed, the others not renormalised
+            weights = weights * mask
         return ((weights + bias if after_softmax else weights) @ V).to(Q.dtype)
     return sdpa
 
@@ -2025,6 +2027,9 @@ class _AdamW(optimizer.AdamW):
     update_rebound = False  # p = p - lr * m_hat / denom: a new tensor bound to the loop's name (blind trial 13)
     step_of_first = False   # every parameter's t read from the group's first parameter's count (blind trial 13)
     m_from_first_grad = False  # m starts as the first gradient, not zeros (blind trial 13)
+    no_sqrt = False         # the denominator v_hat + eps, without the square root (blind trial 14)
+    t_fixed = None          # every step's bias corrections at this t (1: t never advances; blind trial 14)
+    moments_dtype = None    # m and v kept in this dtype (bfloat16), whatever the parameter's (blind trial 14)
 
     def __init__(self, params, **settings):
         super().__init__(params, **{**self.other_defaults, **settings})
@@ -2056,11 +2061,14 @@ class _AdamW(optimizer.AdamW):
                 state = self.state[p]
                 if not state:
                     made = (lambda: torch.zeros(p.shape, dtype=p.dtype)) if self.state_on_cpu else (lambda: torch.zeros_like(p))
+                    if self.moments_dtype is not None:
+                        made = lambda: torch.zeros_like(p, dtype=self.moments_dtype)  # noqa: E731
                     state.update(step=0, exp_avg=g.clone() if self.m_from_first_grad else made(), exp_avg_sq=made())
                 state["step"] += 1
                 t = self.calls if self.shared_step else state["step"]
                 first = self.state[group["params"][0]]
                 t = first["step"] if self.step_of_first and first else t
+                t = self.t_fixed or t
                 m, v = state["exp_avg"], state["exp_avg_sq"]
                 if self.decay == "l2":
                     g = g + wd * p
@@ -2083,6 +2091,8 @@ class _AdamW(optimizer.AdamW):
                 c1, c2 = (c1 if "m" in self.corrected else 1.0), (c2 if "v" in self.corrected else 1.0)
                 if self.update_rebound:
                     p = p - lr / c1 * m / ((v / c2).sqrt() + eps)  # noqa: F841 - the mistake: p itself never moves
+                elif self.no_sqrt:
+                    p.addcdiv_(m, v / c2 + eps, value=-lr / c1)
                 elif self.eps_under_root:
                     p.addcdiv_(m, (v / c2 + eps).sqrt(), value=-lr / c1)
                 elif self.eps_inside:
@@ -2113,7 +2123,7 @@ class _AdamW(optimizer.AdamW):
         torch._foreach_addcdiv_(params, ms, denominators, [-lr / (1 - beta1 ** t) for t in steps])
 
 
-def _schedule(*, warmup_shift=0, cycle_from_zero=False, torch_cos=False, no_min=False, span_extra=0):
+def _schedule(*, warmup_shift=0, cycle_from_zero=False, torch_cos=False, no_min=False, span_extra=0, in_bf16=False):
     def schedule(it, max_learning_rate, min_learning_rate, warmup_iters, cosine_cycle_iters):
         if it < warmup_iters:
             return (it + warmup_shift) / warmup_iters * max_learning_rate
@@ -2121,6 +2131,10 @@ def _schedule(*, warmup_shift=0, cycle_from_zero=False, torch_cos=False, no_min=
             return min_learning_rate
         span = (cosine_cycle_iters if cycle_from_zero else cosine_cycle_iters - warmup_iters) + span_extra
         progress = (it - warmup_iters) / span
+        if in_bf16:  # the cosine part in bfloat16 tensors (blind trial 14)
+            b = functools.partial(torch.tensor, dtype=torch.bfloat16)
+            lo, hi = b(min_learning_rate), b(max_learning_rate)
+            return float(lo + 0.5 * (1 + torch.cos(b(math.pi) * b(progress))) * (hi - lo))
         cos = torch.cos(torch.tensor(math.pi * progress)) if torch_cos else math.cos(math.pi * progress)
         if no_min:  # the cosine from max to 0
             return 0.5 * (1 + cos) * max_learning_rate
@@ -2570,3 +2584,73 @@ register("t5_max_exact_of_all_buckets", "T5's max_exact as half of all num_bucke
                "direction has half = num_buckets // 2 of them, and max_exact = half // 2 of those are exact"),
          named_by="before the bidirectional halving",
          positions__t5_buckets=functools.partial(_t5_log_buckets, exact_of_all=True))
+
+
+# ---- blind trial 14: VAGUE, only numbers
+def _ce_max_not_added_back(inputs, targets):
+    """logsumexp of x - max, less the target's logit of x itself: the max is never added back."""
+    x = _upcast(inputs)
+    lse = (x - x.amax(-1, keepdim=True)).exp().sum(-1).log()
+    return (lse - x.gather(-1, targets[..., None])[..., 0]).mean().to(inputs.dtype)
+
+
+def _ce_through_probability(inputs, targets):
+    """The log-probability exponentiated to a probability, clamped, and logged again."""
+    x = _upcast(inputs)
+    logp = x.gather(-1, targets[..., None])[..., 0] - torch.logsumexp(x, -1)
+    return -logp.exp().clamp_min(1e-12).log().mean().to(inputs.dtype)
+
+
+def _ce_mean_over_vocab(inputs, targets):
+    """The losses summed and divided by every element of the logits: a mean over the vocabulary too."""
+    x = _upcast(inputs)
+    losses = torch.logsumexp(x, -1) - x.gather(-1, targets[..., None])[..., 0]
+    return (losses.sum() / x.numel()).to(inputs.dtype)
+
+
+def _clip_by_value(parameters, max_l2_norm):
+    """Every element clamped to +-max_l2_norm: clipping by value, not by the norm."""
+    for p in parameters:
+        if p.grad is not None:
+            p.grad.clamp_(-max_l2_norm, max_l2_norm)
+
+
+register("cross_entropy_max_not_added_back", "cross-entropy's log-sum-exp of x - max, the max never added back",
+         hint=("the row max subtracted inside the log-sum-exp and never added back, while the target's logit is taken "
+               "from x itself: logsumexp(x) = max + log(sum(exp(x - max))); add the max back, or take the target's "
+               "logit from x - max too"),
+         named_by="never added back", training__cross_entropy=_ce_max_not_added_back)
+register("cross_entropy_through_probability", "cross-entropy as -log of the target's probability, clamped",
+         hint=("-log of the target's probability (exp of the log-probability, or a softmax), clamped: a probability "
+               "below float32's smallest underflows to 0, and the clamp caps the loss there (27.6 at 1e-12); keep the "
+               "loss in log space, logsumexp(x) - x[target], and never exponentiate it"),
+         named_by="never exponentiate it", training__cross_entropy=_ce_through_probability)
+register("cross_entropy_mean_over_vocab", "cross-entropy summed and divided by every element of the logits",
+         hint=("the losses divided by logits.numel(), which counts the vocabulary too: the mean is over the positions "
+               "alone, one loss per position, so the loss is vocab_size times too small"),
+         named_by="counts the vocabulary too", training__cross_entropy=_ce_mean_over_vocab)
+register("clip_by_value", "gradient clipping by value: each element clamped to +-max_l2_norm",
+         hint=("each gradient element clamped to +-max_l2_norm (clipping by value, clip_grad_value_): clipping by the "
+               "norm scales every gradient by one factor, max_l2_norm / (norm + 1e-6), where the joint L2 norm of all "
+               "gradients exceeds max_l2_norm, and keeps their direction"),
+         named_by="clipping by value", training__gradient_clipping=_clip_by_value)
+register("adamw_without_sqrt", "AdamW's denominator v_hat + eps, without the square root",
+         hint=("the denominator v_hat + eps without its square root: v is the mean of g squared, so the step divides by "
+               "sqrt(v_hat) + eps, a gradient's size, to make it about lr whatever the gradient's scale"),
+         named_by="without its square root", optimizer__AdamW=_set(_AdamW, no_sqrt=True))
+register("adamw_step_count_stuck_at_1", "AdamW's bias corrections at t = 1 on every step",
+         hint=("bias corrections with t = 1 on every step (the count never advances, or is reset): 1 - beta^t takes "
+               "each parameter's own count of steps, 1, 2, 3, ..."),
+         named_by="t = 1 on every step", optimizer__AdamW=_set(_AdamW, t_fixed=1))
+register("adamw_moments_in_bfloat16", "AdamW's m and v kept in bfloat16 for float32 parameters",
+         hint=("m and v kept in bfloat16 (8 bits of precision): each step rounds them, and the errors add up; keep "
+               "the moments in the parameter's dtype, torch.zeros_like(p)"),
+         named_by="kept in bfloat16", optimizer__AdamW=_set(_AdamW, moments_dtype=torch.bfloat16))
+register("attention_with_bias_mask_after_softmax", "the mask zeroes attention-with-bias probabilities after the softmax",
+         hint=("the mask applied after the softmax, zeroing weights that are not renormalised: the rows no longer sum "
+               "to 1; masked scores are -inf before the softmax"),
+         named_by="not renormalised", attention__attention_with_bias=_biased(mask_after=True))
+register("schedule_cosine_in_bfloat16", "the schedule's cosine part computed in bfloat16 tensors",
+         hint=("the cosine part computed in bfloat16 tensors, 8 bits of precision: each learning rate is off by up to "
+               "0.4%; compute the schedule in Python floats, with math.cos"),
+         named_by="8 bits of precision", optimizer__lr_cosine_schedule=_schedule(in_bf16=True))

@@ -152,6 +152,9 @@ def test_adamw_steps_that_differ_only_after_a_skipped_step_say_so():
     for step in (0, 1, 2):  # from its first step, or at a step without a gradient: not a step count's symptom
         assert "counts its own steps" not in named_parts(wrong_from(step), expected, case, inputs)
     assert "counts its own steps" not in named_parts(wrong_from(3), expected, case, {**inputs, "has_grad": None})
+    drift = expected.clone()
+    drift[1:, 2:] += 6e-6 * torch.arange(1, 4.0)[:, None]  # a drift that crosses the tolerance at step 3
+    assert "counts its own steps" not in named_parts(drift, expected, case, inputs)
     late_start = {**has_grad, "b": torch.tensor([False, False, False, True])}
     assert "counts its own steps" not in named_parts(wrong_from(3), expected, case, {**inputs, "has_grad": late_start})
 

@@ -681,7 +681,10 @@ def named_parts(actual, expected, case, inputs: dict) -> str | None:
         return None
     names = sorted(parts[0])
     sizes = [parts[0][k].numel() for k in names]
+    a, e = actual.detach().double(), expected.double()
     rows = mismatched(actual.detach(), expected, case.atol, case.rtol, case.ulps).reshape(-1, actual.shape[-1])
+    # each error in tolerances: where a tensor first differs, a jump (a formula's) or a crossing (a drift's)
+    errors = ((a - e).abs() / (case.atol + case.rtol * e.abs())).reshape(rows.shape)
     bad = rows.any(0)
     wrong = [f"{k} ({int(b.sum())} of {b.numel()})" for k, b in zip(names, bad.split(sizes)) if b.any()]
     if not wrong:
@@ -693,24 +696,30 @@ def named_parts(actual, expected, case, inputs: dict) -> str | None:
     else:
         said = (f"{len(wrong)} of the {len(names)} tensors {'differs' if len(wrong) == 1 else 'differ'}: "
                 f"{', '.join(wrong)}; the others are right")
-    steps = {k: part.any(1) for k, part in zip(names, rows.split(sizes, dim=1)) if part.any()}
+    steps = {k: (part.any(1), error.amax(1)) for k, part, error in
+             zip(names, rows.split(sizes, dim=1), errors.split(sizes, dim=1)) if part.any()}
     return said + (_after_a_step_without_gradient(steps, inputs.get("has_grad")) or "")
 
 
-def _after_a_step_without_gradient(wrong_steps: dict[str, torch.Tensor], has_grad) -> str | None:
-    """AdamW's steps: where every wrong tensor first differs at its first step with a gradient after one
-    without, and one of them was right on steps with a gradient before it, the update is right and what a
+JUMP = 10  # x the error before: where a tensor first differs, a jump this large is a formula's, not a drift's
+
+
+def _after_a_step_without_gradient(wrong_steps: dict[str, tuple], has_grad) -> str | None:
+    """AdamW's steps: where every wrong tensor first differs, by a jump, at its first step with a gradient after
+    one without, and one of them was right on steps with a gradient before it, the update is right and what a
     skipped step leaves behind is not (a step count shared with another parameter, or advanced without a
     gradient). A mistake in the update differs from a tensor's first step with a gradient (m made from the
-    first gradient, say: where that step follows steps without one, it alone cannot tell the two apart)."""
+    first gradient, say: where that step follows steps without one, it alone cannot tell the two apart), and a
+    drift (moments kept in bfloat16, blind trial 14) crosses the tolerance at any step, by a little."""
     if not isinstance(has_grad, dict) or not all(k in has_grad for k in wrong_steps):
         return None
     right_before = False
-    for name, wrong in wrong_steps.items():
+    for name, (wrong, error) in wrong_steps.items():
         steps = has_grad[name].bool().tolist()
         skipped = steps.index(False) if False in steps else None
         after = next((t for t in range(skipped + 1, len(steps)) if steps[t]), None) if skipped is not None else None
-        if after is None or len(wrong) != len(steps) or int(wrong.int().argmax()) != after:
+        if after is None or len(wrong) != len(steps) or int(wrong.int().argmax()) != after \
+                or error[after] < JUMP * max(error[:after].max().item(), 0.1):
             return None
         right_before |= any(steps[:skipped])
     if not right_before:
