@@ -2654,3 +2654,33 @@ register("schedule_cosine_in_bfloat16", "the schedule's cosine part computed in 
          hint=("the cosine part computed in bfloat16 tensors, 8 bits of precision: each learning rate is off by up to "
                "0.4%; compute the schedule in Python floats, with math.cos"),
          named_by="8 bits of precision", optimizer__lr_cosine_schedule=_schedule(in_bf16=True))
+
+
+def _batch_sorted(dataset, batch_size, context_length, device):
+    """np.sort of the starts: row 0 always the smallest (blind trial 14)."""
+    starts = np.sort(np.random.randint(0, len(dataset) - context_length, batch_size))
+    x, y = _windows(dataset, starts, context_length)
+    return torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+
+
+def _batch_as_numpy(dataset, batch_size, context_length, device, get_batch=training.get_batch):
+    """x and y returned as numpy arrays (blind trial 14: torch's own TypeError said nothing of it)."""
+    x, y = get_batch(dataset, batch_size, context_length, device)
+    return x.numpy(force=True), y.numpy(force=True)
+
+
+register("batch_starts_sorted", "get_batch sorts its starts: row 0 is always the smallest",
+         named_by="come in increasing order", training__get_batch=_batch_sorted)
+register("batch_returns_numpy", "get_batch returns numpy arrays, not tensors",
+         named_by="must be torch tensors", training__get_batch=_batch_as_numpy)
+
+
+def _ce_scatter_one_hot(inputs, targets):
+    """A float one-hot made by zeros_like(x).scatter_ (blind trial 14: only F.one_hot's int64 was caught)."""
+    x = _upcast(inputs)
+    logp = x - torch.logsumexp(x, dim=-1, keepdim=True)
+    return -(torch.zeros_like(x).scatter_(-1, targets[..., None], 1.0) * logp).sum(-1).mean().to(inputs.dtype)
+
+
+register("cross_entropy_scatter_one_hot", "cross-entropy through a float one-hot from zeros_like(x).scatter_",
+         named_by="a one-hot [..., vocab_size]", training__cross_entropy=_ce_scatter_one_hot)

@@ -193,6 +193,25 @@ def test_a_16_bit_result_off_by_rounding_alone_is_said_to_be_rounding():
     assert rounding_sized(in_16_bits.float(), expected) is None  # a dtype slip is said elsewhere
 
 
+def test_a_float_result_rounded_to_16_bits_is_said_to_be():
+    """Blind trial 14: a schedule whose cosine ran in bfloat16 tensors was told 'every value is 1.002 x the expected
+    one: a missing or extra constant factor'. A float32/float64 output whose every value is a bfloat16 (or float16)
+    number, with rounding-sized errors, is told so; small errors alone are not (an AdamW trajectory's are small
+    beside its weights, whatever the mistake), nor are larger ones."""
+    from harness.student_run.diagnose import rounded_to_16_bits
+    it = torch.arange(30, dtype=torch.float64)
+    expected = 0.1 + 0.45 * (1 + torch.cos(torch.pi * it / 29))
+    in_bf16 = (0.1 + 0.45 * (1 + torch.cos((torch.pi * it / 29).bfloat16()))).bfloat16().double()
+    said = rounded_to_16_bits(in_bf16, expected)
+    assert said and "differs is exactly a bfloat16 number" in said and "Compute in float32, float64 or Python floats" in said, said
+    assert "exactly a float16 number" in rounded_to_16_bits(expected.half().double(), expected)
+    assert rounded_to_16_bits(expected + 1e-4, expected) is None  # small, but not rounded: a formula's
+    assert rounded_to_16_bits((expected * 1.1).bfloat16().double(), expected) is None  # 10%: a formula's too
+    assert rounded_to_16_bits(in_bf16.half(), expected.half()) is None  # 16-bit outputs: rounding_sized, in ulps
+    warmup = torch.cat([expected[:5], in_bf16[5:]])  # the values that differ are bfloat16 numbers; the rest are right
+    assert "exactly a bfloat16 number" in rounded_to_16_bits(warmup, expected)
+
+
 def test_a_float32_x_meeting_a_16_bit_weight_is_named():
     """A model that upcasts x but not its nn.Linear's bfloat16 weight crashes in torch's words; the report
     says what the contract asks: cast each weight where it is used."""
@@ -300,3 +319,14 @@ def test_scattered_errors_get_no_pattern_and_a_constant_is_named():
     shifted[:, 1:] += 1  # every position but the first wrong, in every feature: a pattern, and no constant
     assert what_differs(shifted, silu, 1e-5, 1e-4, ["batch", "seq", "d"]) == \
         "along seq, every index but the first (index 0 is right)"
+
+
+def test_counts_that_differ_by_a_hair_say_by_how_much():
+    """Blind trial 14: 2,127,057,600 against 2,127,056,000 read 'yours/expected: 1'. A ratio that rounds to 1
+    says the difference too; others keep their ratio alone."""
+    from harness.student_run.compare import Mismatch, assert_same_counts
+    with pytest.raises(Mismatch) as failure:
+        assert_same_counts({"flops": 2_127_057_600, "params": 20}, {"flops": 2_127_056_000, "params": 10}, header="h")
+    said = str(failure.value)
+    assert "flops: 2,127,056,000, 2,127,057,600, 1.000000752, off by +1,600" in said, said
+    assert "params: 10, 20, 2\n" in said + "\n" and "off by +10" not in said, said

@@ -594,3 +594,10 @@ def test_training_steps_fold_under_a_failing_piece_without_their_own_likely_caus
     assert code == 1 and re.search(r"^run_training_steps: \d+ failing cases?; fix run_cross_entropy first", out, re.M), out
     folded = out[out.index("run_training_steps: "):].split("\n")
     assert not folded[1].startswith("Likely cause:"), folded[:3]
+    # blind trial 14: so do several functions asked for by name; one asked for alone shows its own reports in full
+    code, out = pytest_in(PROJECT, "--adapters", "reference.variants:cross_entropy_batch_mean",
+                          "--function", "run_cross_entropy,run_training_steps")
+    assert code == 1 and re.search(r"^run_training_steps: \d+ failing cases?; fix run_cross_entropy first", out, re.M), out
+    code, out = pytest_in(PROJECT, "--adapters", "reference.variants:cross_entropy_batch_mean",
+                          "--function", "run_training_steps")
+    assert code == 1 and "fix run_cross_entropy first" not in out and "run_training_steps, case" in out, out

@@ -125,5 +125,8 @@ def assert_same_counts(actual, expected: dict, *, header: str, hidden: bool = Fa
     lines = [f"{len(wrong)} of {len(expected)} counts differ (key: expected, yours, yours/expected):"]
     for k in wrong:
         ratio = actual[k] / expected[k] if expected[k] and isinstance(actual[k], (int, float)) else float("nan")
-        lines.append(f"    {k}: {expected[k]:,}, {actual[k]:,}, {ratio:.4g}")
+        said = f"{ratio:.4g}"
+        if said == "1" and isinstance(actual[k], (int, float)):  # blind trial 14: "1" for 2,127,057,600 vs 2,127,056,000
+            said = f"{ratio:.10g}, off by {actual[k] - expected[k]:+,}"
+        lines.append(f"    {k}: {expected[k]:,}, {actual[k]:,}, {said}")
     raise Mismatch(f"{header}\n" + "\n".join(lines))

@@ -224,6 +224,34 @@ def rounding_sized(actual, expected) -> str | None:
             "form, follow the docstring's formula term by term, and round once at the end")
 
 
+SIXTEEN_BIT = 2.0 ** -6  # of the largest |value|: about 2 ulps of bfloat16 (8 bits of precision) there
+
+
+def rounded_to_16_bits(actual, expected) -> str | None:
+    """For a float32/float64 output: whether every value that differs is exactly a bfloat16 (or float16) number
+    where the expected ones are not, with errors of the size that rounding makes beside the largest |value|: computed in,
+    or rounded to, 16 bits (blind trial 14's schedule, its cosine in bfloat16 tensors, was told of a factor of
+    1.002). Small errors alone are no evidence: an AdamW trajectory's are small beside its weights, whatever
+    the mistake."""
+    if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape \
+            or expected.dtype not in (torch.float32, torch.float64):
+        return None
+    a, e = actual.detach().double(), expected.double()
+    scale = e.abs().max().item() if e.numel() else 0.0
+    if not (torch.isfinite(a).all() and scale > 0) or (a - e).abs().max().item() > SIXTEEN_BIT * scale:
+        return None
+    differ = a != e  # only these: a schedule's warmup, say, may be computed otherwise
+    a, e = a[differ], e[differ]
+    for dtype, bits in ((torch.bfloat16, 8), (torch.float16, 11)):
+        if torch.equal(a.to(dtype).double(), a) and not torch.equal(e.to(dtype).double(), e):
+            name = str(dtype).removeprefix("torch.")
+            return (f"every value of your output that differs is exactly a {name} number ({bits} bits of precision), "
+                    f"where the expected ones are not, and every error is of the size its rounding makes: they were "
+                    f"computed in {name} or rounded to it (a tensor made with dtype=torch.{name}, or a {name} input "
+                    "not upcast). Compute in float32, float64 or Python floats")
+    return None
+
+
 def dtype_slip(actual, expected, inputs: dict) -> str | None:
     """The output took the weights' dtype where the contract keeps the input's."""
     if not isinstance(actual, torch.Tensor) or actual.dtype == expected.dtype or actual.shape != expected.shape:
@@ -296,6 +324,13 @@ def crash(error: BaseException, case, inputs: dict) -> str | None:
         return ("F.cross_entropy (and F.nll_loss) take the classes on dim 1: logits [batch, seq, vocab_size] were read "
                 "as seq classes. Flatten both first, F.cross_entropy(logits.reshape(-1, logits.shape[-1]), "
                 "targets.reshape(-1)), as this function takes any number of leading dims")
+    if "Weights only load failed" in message:  # torch.load's own words: a checkpoint object it will not unpickle
+        unsupported = re.search(r"Unsupported global: GLOBAL ([\w.]+)", message)
+        what = f" ({unsupported.group(1)})" if unsupported else ""
+        return (f"torch.load refused an object in your checkpoint{what}: since torch 2.6 it loads with "
+                "weights_only=True, which reads tensors, numbers, strings, lists, tuples and dicts only. Store only "
+                "those (str(torch.__version__), say, or leave it out), and keep weights_only=True: it is what makes "
+                "a checkpoint from elsewhere safe to load")
     if match := _MATMUL.search(message):
         return (f"a matrix product whose inner sizes differ ({match.group(1) or match.group(2)}): a weight used "
                 "without its transpose? W is stored [d_out, d_in], so y = x @ W.T (or einsum('...i,oi->...o'))")
@@ -630,6 +665,8 @@ def _wrong_result(term, case, actual, expected, nonfinite) -> list[tuple[str, st
         return [("Non-finite", nonfinite), ("Likely cause", cause)]
     if case.ulps and (rounding := rounding_sized(actual, expected)):
         return [("What differs", rounding)]
+    if not case.ulps and (rounded := rounded_to_16_bits(actual, expected)):
+        return [("Likely cause", rounded)]
     axes = output_axes(case.function, actual.dim())
     one_key = attends_causally(case.function)
     named = named_parts(actual, expected, case, term.inputs(case)) if axes[-1:] == ["total"] else None

@@ -903,6 +903,9 @@ ACCOUNTING = [
     case("run_training_accounting", "tinystories-bf16-moments", "TinyStories shape, 32 sequences, float32 parameters, "
          "bfloat16 moments", vocab_size=10000, context_length=256, d_model=512, num_layers=4, num_heads=16,
          d_ff=1344, batch_size=32, param_dtype="float32", optimizer_dtype="bfloat16"),
+    case("run_training_accounting", "gpt2-medium-fp16", "GPT-2 medium shape, 2 sequences, float16 parameters and "
+         "gradients (2 bytes each), float32 moments", vocab_size=50257, context_length=1024, d_model=1024,
+         num_layers=24, num_heads=16, d_ff=4096, batch_size=2, param_dtype="float16", optimizer_dtype="float32"),
     case("run_training_accounting", "fixture-lm", "the config of the run_transformer_lm fixtures, one sequence, "
          "the default dtypes", vocab_size=40, context_length=12, d_model=24, num_layers=2, num_heads=4, d_ff=36),
     case("run_training_accounting", "hidden-xl-like", "", hidden=True,
@@ -969,8 +972,9 @@ TRAIN_PIECES: list[Spec] = [
     case("run_sample_batches", "one-start", "9 ids, context_length 8: start 0 is the only one, so x = ids[:8], "
          "y = ids[1:]", dataset=ints(9, high=60000), batch_size=3, context_length=8, num_batches=2, seed=0,
          memmap=False),
-    case("run_sample_batches", "one-start-memmap", "the same from a uint16 np.memmap: 6 ids, context_length 5",
-         dataset=ints(6, high=60000), batch_size=4, context_length=5, num_batches=3, seed=1, memmap=True),
+    case("run_sample_batches", "one-start-memmap", "the same from a uint16 np.memmap, one row a batch: 6 ids, "
+         "context_length 5, batch_size 1 (x is [1, 5], not [5])",
+         dataset=ints(6, high=60000), batch_size=1, context_length=5, num_batches=3, seed=1, memmap=True),
     case("run_sample_batches", "hidden-memmap", "", hidden=True,
          dataset=ints(12, high=60000), batch_size=2, context_length=11, num_batches=2, seed=2, memmap=True),
 
