@@ -330,3 +330,19 @@ def test_counts_that_differ_by_a_hair_say_by_how_much():
     said = str(failure.value)
     assert "flops: 2,127,056,000, 2,127,057,600, 1.000000752, off by +1,600" in said, said
     assert "params: 10, 20, 2\n" in said + "\n" and "off by +10" not in said, said
+
+
+def test_a_checkpoint_that_torch_load_refuses_is_explained():
+    """Blind trial 14 stored torch.__version__ (a TorchVersion object) in its checkpoint: torch.load's default
+    weights_only=True refused it with a page of torch's options. The report names the object and what to store."""
+    import io
+    from harness.student_run.diagnose import crash
+    buffer = io.BytesIO()
+    torch.save({"torch": torch.__version__, "weights": torch.ones(2)}, buffer)
+    buffer.seek(0)
+    with pytest.raises(Exception) as refused:
+        torch.load(buffer)
+    said = crash(refused.value, None, {})
+    assert said and "torch.load refused an object in your checkpoint (torch.torch_version.TorchVersion)" in said, said
+    assert "keep weights_only=True" in said, said
+    assert crash(RuntimeError("something else"), None, {}) is None
