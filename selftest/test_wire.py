@@ -105,3 +105,21 @@ def test_a_message_of_too_many_values_or_strings_is_refused_before_anyone_reads_
             else:
                 assert set(wire.recv(b)) == set(value)
             sender.join()
+
+
+def test_the_phrase_search_reads_a_bounded_share_of_a_submissions_text():
+    """Red team 14: replies of 950 strings of 4 KiB each cost the driver 20x the submission's own CPU in the
+    search for a known mistake's phrase. The search reads at most PHRASE_CHARS of a submission's text; past
+    that every string is marked as the code's words unread, as one over 4 KiB always is. Labels are defused
+    whatever the budget."""
+    from harness.grading.remote import PHRASE_CHARS, disarm
+    from harness.grading.report import POSED
+    budget = [PHRASE_CHARS]
+    honest = disarm({"name": "run_silu", "message": "shape [2, 3]"}, budget)
+    assert honest == {"name": "run_silu", "message": "shape [2, 3]"} and budget[0] == PHRASE_CHARS - 31  # keys too
+    filler = "x" * 4000
+    while budget[0] >= len(filler):
+        disarm([filler], budget)
+    assert disarm(["short"], [3]) == [f"short {POSED}"]  # past the budget: unread, marked
+    assert disarm(["Likely cause: mine"], [0]) == [f"Likely cause {POSED} mine"]
+    assert disarm([filler], budget) == [f"{filler} {POSED}"] and budget[0] >= 0

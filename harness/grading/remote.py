@@ -76,6 +76,7 @@ class Link:
         self.made_by: dict[tuple[str, int], str] = {}  # ("module" or "graph", handle) -> the function that made it
         self.files = ""  # the digest of the submission's files when it did
         self.cpu_limit = case_timeout  # the current call's
+        self.phrase_chars = [PHRASE_CHARS]  # what disarm's phrase search may still read of the submission's replies
 
     def enter(self, phase: str) -> None:
         """Switch phase; a hidden-case worker starts only once every visible-test process is dead
@@ -175,7 +176,7 @@ class Link:
             except TimeoutError:  # a stall here escaped every limit: only the batch's watchdog ended it
                 self._timeout(f"the worker did not take the test's inputs within {SEND_SECONDS:g} s: it stopped "
                               "reading them.")
-            return disarm(self._wait(cpu_limit))
+            return disarm(self._wait(cpu_limit), self.phrase_chars)
         except wire.TooLarge as e:
             self._drop_worker()
             raise StudentCodeError(
@@ -298,35 +299,46 @@ def _phrases() -> re.Pattern | None:
     return re.compile("|".join(map(re.escape, phrases))) if phrases else None
 
 
-def _posed(text: str) -> str:
+# Characters of one submission's replies searched for a mistake's phrase (0.1 ms a KiB): past them every text is
+# marked unread. Red team 14's replies of 950 strings of 4 KiB each kept a driver core busy 20x the submission's
+# own CPU, outside its limits; the suite's honest replies hold a few KiB of names and messages in all.
+PHRASE_CHARS = 1 << 20
+
+
+def _posed(text: str, budget: list[int]) -> str:
     """The text with its labels defused; one that holds a mistake's phrase (a parameter or a key named
     'as far before it') is marked as the code's words, which the report counts for no mistake."""
     text = _LABELS.sub(rf"\1 {POSED}", text)
     if POSED in text:
         return text
-    # past 4 KiB (no name or key is that long) the search itself is not worth its cost: marked unread
-    if len(text) > 4096 or (phrases := _phrases()) is not None and phrases.search(text):
+    # past 4 KiB (no name or key is that long), or past the submission's budget, the search is not worth its
+    # cost: marked unread
+    unread = len(text) > 4096 or len(text) > budget[0]
+    budget[0] -= 0 if unread else len(text)
+    if unread or (phrases := _phrases()) is not None and phrases.search(text):
         text = f"{text} {POSED}"
     return text
 
 
-def disarm(reply):
+def disarm(reply, budget: list[int] | None = None):
     """The reply with every string in it (dict keys too) rewritten so that none holds a label of the
     grader's diagnosis lines or a known mistake's phrase: text the submission chose (an exception's
     message, a class name, a returned string or parameter name) cannot pose as a `Likely cause:` or name
-    a mistake in any report built from it."""
+    a mistake in any report built from it. `budget`: the characters the phrase search may still read
+    (PHRASE_CHARS a submission), spent here."""
+    budget = [PHRASE_CHARS] if budget is None else budget
     todo = [reply]
     while todo:  # iterative: a reply may nest as deep as the wire allows
         node = todo.pop()
         items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
         for key, value in list(items):
             if isinstance(value, str):
-                node[key] = _posed(value)
+                node[key] = _posed(value, budget)
             elif isinstance(value, (dict, list)):
                 todo.append(value)
-            if isinstance(key, str) and (posed := _posed(key)) != key:
+            if isinstance(key, str) and (posed := _posed(key, budget)) != key:
                 node[posed] = node.pop(key)
-    return _posed(reply) if isinstance(reply, str) else reply
+    return _posed(reply, budget) if isinstance(reply, str) else reply
 
 
 def files_digest(folder: Path) -> str:
