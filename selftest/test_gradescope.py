@@ -210,6 +210,7 @@ def local(tree, project, tmp_path_factory):
               "print(plain.describe()); [print('SCORE', g.name, g.score, g.status) for g in grade.grade_all("
               "Path.cwd(), [Path(p) for p in sys.argv[3:]], sys.argv[1], Path(sys.argv[2]), jobs=1, case_timeout=10, "
               "protections=plain)]")
+    before = shared.stat().st_mtime_ns
     os.chmod(project, 0o700)
     os.chmod(tree["autograder"], 0o700)  # its source/ holds the answers too
     try:
@@ -221,7 +222,7 @@ def local(tree, project, tmp_path_factory):
         for path in left:
             path.unlink()
     return {"refused": refused, "graded": graded, "out": tmp / "out", "left": left, "project": project,
-            "refused_out": tmp / "refused", "shared": shared}
+            "refused_out": tmp / "refused", "shared": shared, "before": before}
 
 
 def test_without_bubblewrap_a_project_others_can_read_is_refused(local):
@@ -237,7 +238,8 @@ def test_without_bubblewrap_a_project_others_can_read_is_refused(local):
 def test_without_bubblewrap_a_closed_project_grades_and_reads_nothing(local):
     """The project closed as the refusal says (its venv outside it), cgroups off: a submission that looks
     for the project reads nothing of it and scores 0; a file another submission left in a folder anyone
-    may write to (/run/lock once) is gone before the next one runs under the same uid."""
+    may write to (/run/lock once) is gone before the next one runs under the same uid, and the folder's times
+    are set back."""
     done = local["graded"]
     said = done.stdout + done.stderr
     assert done.returncode == 0 and "OFF: per-submission cgroup" in said and "filesystem allow-list" in said, said[-3000:]
@@ -250,3 +252,5 @@ def test_without_bubblewrap_a_closed_project_grades_and_reads_nothing(local):
     assert str(local["shared"]) in outputs["leaves_files"], outputs["leaves_files"][-2000:]  # it did leave one
     assert "FOUND []" in outputs["finds_files"], outputs["finds_files"][-2000:]
     assert not local["left"], local["left"]
+    # red team 14: nor does the folder's own mtime, set to a moment the submission chose, reach the next one
+    assert f"TIMES {{'{local['shared']}': {local['before']}}}" in outputs["finds_files"], outputs["finds_files"][-2000:]

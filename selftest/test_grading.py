@@ -980,6 +980,7 @@ def test_a_kept_sandbox_carries_nothing_to_the_slots_next_submission(tmp_path):
         assert {k: found[name][k] for k in ("nice", "cpus", "nofile", "scratch", "stdout")} == \
             {"nice": first["nice"], "cpus": first["cpus"], "nofile": first["nofile"], "scratch": [], "stdout": [0, 0]}, found
     assert found["c_honest"]["zygote"] == first["zygote"], "a file left in scratch is removed, the zygote kept"
+    assert found["c_honest"]["scratch_mtime"] == 0, "scratch's own times are set back (red team 14's mtime channel)"
     assert found["e_honest"]["zygote"] != first["zygote"], "a zygote that was changed is not kept"
     assert found["i_honest"]["zygote"] == found["g_honest"]["zygote"], "the output pipe's flags are reset, the zygote kept"
 

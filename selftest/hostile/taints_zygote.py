@@ -1,6 +1,7 @@
 # Appended to the stub adapters.py: change what a process of the same uid may change about the zygote
 # that forked this worker (it forks the slot's next submission's workers too, which inherit all of it),
-# (those of CHANGES), and leave a file in the scratch folder. The next submission in the slot must meet none of it.
+# (those of CHANGES), and leave a file in the scratch folder, its times changed. The next submission in the slot
+# must meet none of it.
 import os as _os
 import resource as _resource
 
@@ -20,5 +21,6 @@ for _name, _change in [
         print("REFUSED", _name, _e)
 with open(f"/scratch/harness-left-{MARK}", "w") as _f:
     _f.write("a hidden input")
+_os.utime("/scratch")  # now, a moment the submission chooses: its digits a number for the next one (red team 14)
 _DONE.append("file")
 print("TAINTED", _DONE)
