@@ -98,7 +98,7 @@ def _build_case(reference: Adapters, spec: Spec, seed: int, mistakes: list,
     # Gradients for float32 cases; half-precision cases test dtype behaviour only.
     float32 = all(t.dtype == torch.float32 for t in tensors_at.values() if t.is_floating_point())
     grads = [p for p, t in tensors_at.items() if t.is_floating_point() and p.split("/")[0] in adapter.float_args]
-    grads = grads if spec.check == "output" and float32 else []
+    grads = grads if spec.check == "output" and float32 and spec.gradient else []
     case = spec.case(generated, inputs, grads)
     tensors = {}
     for path, t in tensors_at.items():

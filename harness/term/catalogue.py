@@ -145,11 +145,18 @@ def bias(d, dtype="float32") -> Gen:
 
 # Near one-hot attention makes float32 gradients drift by about 1e-5 from the float64 answer;
 # behind a norm (whose gain scales the large queries and keys) by up to 3e-4 (measured with
-# exp(x - logsumexp(x)) softmax and torch's SDPA, both correct).
-SHARP = (1e-4, 1e-4)
+# exp(x - logsumexp(x)) softmax and torch's SDPA, both correct), and without one, through large projection
+# weights, by up to 4e-4 of the gradient's largest element on other terms' values (TA trial 14:
+# run_grouped_query_attention/gqa-8-2, where 1e-4 was allowed): a gradient's atol is rtol x its largest
+# |value| (checks.gradient_atol). A gradient-only mistake (a detached piece, a wrong backward) is off by far more.
+SHARP = (1e-4, 1e-3)
 # A sharp softmax under LayerNorm: a correct exp(x - logsumexp(x)) softmax's gradient was off by 1.2e-3
 # of the largest element on one term's values (run_gpt2_lm/truncated); allow twice that.
 SHARP_NORMED = (1e-3, 2.5e-3)
+# Scores near -14,000: float32's spacing there is 1e-3, so a correct softmax that does not subtract the row max
+# exactly (exp(x - logsumexp(x)): its logsumexp rounds) is off by up to 5e-4 of each weight, and its gradient
+# by several % (TA trial 14): that case checks the output alone, within this
+FAR = (1e-5, 2e-3)
 
 
 def sharp(weights: dict[str, Gen], prefix: str = "") -> dict[str, Gen]:
@@ -184,6 +191,7 @@ class Spec:
     hidden: bool = False
     equal: tuple = ()  # axis pairs whose equal sizes are the point of the case, "a=b" (harness/term/case_rules.py)
     twin_of: str = ""  # a twin: the name of the public case it repeats on fresh values
+    gradient: bool = True  # float32 inputs' gradients checked too
 
     def case(self, generated: dict, inputs: list[str], grads: list[str]) -> Case:
         scalars = {k: v for k, v in self.args.items() if k not in generated}
@@ -296,9 +304,11 @@ def _shuffled(t: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     return out if not torch.equal(out, t) else t.roll(1, -1)
 
 
-def case(function, name, note="", *, check="output", tolerance=None, hidden=False, equal=(), **args) -> Spec:
-    """One case. `equal`: axis pairs ("queries=keys") allowed the same size because that is the point of it."""
-    return Spec(function, name, args, note, check, tolerance, hidden, tuple(equal))
+def case(function, name, note="", *, check="output", tolerance=None, hidden=False, equal=(), gradient=True,
+         **args) -> Spec:
+    """One case. `equal`: axis pairs ("queries=keys") allowed the same size because that is the point of it.
+    `gradient=False`: its output alone is checked (float32 cannot hold its gradient to any useful tolerance)."""
+    return Spec(function, name, args, note, check, tolerance, hidden, tuple(equal), gradient=gradient)
 
 
 def raises(function, name, note, **args) -> Spec:
@@ -506,7 +516,8 @@ UNIT_2_2 = [
     # Whole numbers, d_k 16 (scale 1/4, and SDPA's sqrt(1/4) on each side, exact): every score is an exact
     # multiple of 1/4 near -14,000, below a finite fill such as -1e4 (blind trial 11: -1e4 passed every case)
     case("run_scaled_dot_product_attention", "far-negative-scores", "whole-number Q near +60 and K near -60, "
-         "d_k 16: every score about -14,000, below a finite mask fill of -1e4; random mask",
+         "d_k 16: every score about -14,000, below a finite mask fill of -1e4; random mask", tolerance=FAR,
+         gradient=False,
          Q=ints(2, 4, 16, low=55, high=66, dtype="float32"), K=ints(2, 5, 16, low=-65, high=-54, dtype="float32"),
          V=normal(2, 5, 3), mask=mask(2, 4, 5)),
     case("run_scaled_dot_product_attention", "fp16", "float16 Q [2, 3, 24, 16], K [2, 3, 20, 16], V [2, 3, 20, 12], "
