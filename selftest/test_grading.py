@@ -232,6 +232,11 @@ def test_a_file_that_does_not_import_costs_only_the_functions_that_use_it(graded
     # as the student's own run says it: the file and line, no traceback through the adapters (TA trial 10)
     assert all("cannot run: its code does not import at student/attention.py:" in t["output"]
                and "__getattr__" not in t["output"] for t in silu), silu[0]["output"]
+    # TA trial 14: a must-raise case of a function whose file does not import was told it "raised StudentCodeError
+    # where its docstring asks for ValueError", and the class report counted a known mistake for it
+    raises = [t for t in tests if t["visibility"] == "visible" and t["name"].startswith("run_gpt2_lm:") and ":raises]" in t["name"]]
+    assert raises and all("cannot run: its code does not import" in t["output"] and "asks for" not in t["output"]
+                          for t in raises), raises
 
 
 def test_edited_official_files_are_reported_and_ignored(graded):

@@ -29,7 +29,7 @@ from harness.grading import wire
 from harness.grading.report import POSED, UNCHECKED
 from harness.contract import ADAPTERS
 from harness.student_run.probes import Allocation, DeviceMismatch
-from harness.runtime import AdaptersError, ContractViolation
+from harness.runtime import AdaptersError, ContractViolation, StudentImportError
 from harness.grading.sandbox import Sandbox
 
 FAST = 0.2           # seconds: a reply this quick needs no CPU accounting
@@ -269,8 +269,9 @@ class Link:
                                 "test runs in a fresh worker.")
         if hidden:
             return _raised(StudentCodeError(message), error)
-        if kind == "StudentImportError":  # said as the student's own run says it, at the file and line
-            return StudentCodeError(message)
+        if kind == "StudentImportError":  # said as the student's own run says it, at the file and line; not a
+            return StudentImportError(message)  # raise a must-raise case could count (TA trial 14: "raised
+            # StudentCodeError where its docstring asks for ValueError", and a known mistake in the class report)
         where = f"\n{str(error['traceback']).rstrip()}" if error.get("traceback") else ""
         return _raised(StudentCodeError(f"{kind}: {message}{where}"), error)
 

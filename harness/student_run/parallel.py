@@ -205,6 +205,9 @@ def report_from_wire(config, data: dict):
     report = config.hook.pytest_report_from_serializable(config=config, data=data)
     if isinstance(report.longrepr, list):
         report.longrepr = tuple(report.longrepr)
+    elif report.skipped and not isinstance(report.longrepr, tuple):  # TA trial 14: junitxml's assert, a crash
+        path, line, _ = report.location
+        report.longrepr = (path, line, str(report.longrepr))
     return report
 
 
