@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from types import SimpleNamespace
 
 import pytest
 
@@ -92,6 +93,18 @@ def test_a_skip_reported_by_a_child_reads_as_a_skip_made_here(pytestconfig):
     data = pytestconfig.hook.pytest_report_to_serializable(config=pytestconfig, report=skip)
     relayed = parallel.report_from_wire(pytestconfig, json.loads(json.dumps(data, default=str)))
     assert isinstance(relayed.longrepr, tuple) and relayed.longrepr == skip.longrepr, relayed.longrepr
+    # ...and the parent's relay reads every report so (TA trial 14: it called the hook itself, and a split run
+    # crashed on a child's skip in 3 of 6 runs)
+    logged = []
+    hook = SimpleNamespace(pytest_report_from_serializable=pytestconfig.hook.pytest_report_from_serializable,
+                           pytest_runtest_logreport=lambda report: logged.append(report))
+    read, write = os.pipe()
+    message = json.dumps([{"kind": "report", "group": "g", "report": data}], default=str).encode()
+    os.write(write, parallel.LENGTH.pack(len(message)) + message)
+    os.close(write)
+    parallel._Relay(read, SimpleNamespace(config=SimpleNamespace(hook=hook), items=[])).replay()
+    os.close(read)
+    assert len(logged) == 1 and logged[0].longrepr == skip.longrepr, logged
 
 
 def test_a_process_that_dies_fails_the_test_it_was_in_and_the_run_goes_on(tmp_path):

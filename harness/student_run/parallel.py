@@ -205,9 +205,6 @@ def report_from_wire(config, data: dict):
     report = config.hook.pytest_report_from_serializable(config=config, data=data)
     if isinstance(report.longrepr, list):
         report.longrepr = tuple(report.longrepr)
-    elif report.skipped and not isinstance(report.longrepr, tuple):  # TA trial 14: junitxml's assert, a crash
-        path, line, _ = report.location
-        report.longrepr = (path, line, str(report.longrepr))
     return report
 
 
@@ -292,7 +289,7 @@ class _Relay:
             self.running = item.nodeid
             hook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         elif kind == "report":
-            report = hook.pytest_report_from_serializable(config=self.config, data=event["report"])
+            report = report_from_wire(self.config, event["report"])
             group = event["group"]
             self.seconds[group] = self.seconds.get(group, 0.0) + (report.duration or 0.0)
             hook.pytest_runtest_logreport(report=report)
