@@ -280,7 +280,7 @@ def merge_cmd(root: Path, args) -> int:
     graded, problems = merge(args.shards, args.out, root)
     for problem in problems:
         print(f"harness merge: {problem}", file=sys.stderr)
-    print(f"merged {len(args.shards)} folders into {args.out}: {len(graded)} results in grades.csv, "
+    print(f"merged {len(args.shards)} folder{'s' if len(args.shards) != 1 else ''} into {args.out}: {len(graded)} results in grades.csv, "
           "report.html (staff only) and mistakes.csv")
     return 0
 

@@ -2083,7 +2083,9 @@ def _callers(module: str, symbol: str) -> list[str]:
 def _stub_body(stub: str, module: str) -> str:
     """A stub definition plus a body that raises, naming the adapters that call it."""
     symbol = stub.split()[1].split("(")[0]
-    message = f"see the docstring of {' and '.join(_callers(module, symbol + '('))} in adapters.py"
+    callers = _callers(module, symbol + "(")
+    listed = callers[0] if len(callers) == 1 else f"{', '.join(callers[:-1])} and {callers[-1]}"
+    message = f"see the docstring{'s' if len(callers) > 1 else ''} of {listed} in adapters.py"
     if stub.startswith("class "):  # an nn.Module calls its base first; an Optimizer's base needs the params
         base = "        super().__init__()\n" if "(nn.Module)" in stub.splitlines()[0] else ""
         return f'{stub}\n{base}        raise NotImplementedError("{message}")\n'

@@ -601,3 +601,20 @@ def test_training_steps_fold_under_a_failing_piece_without_their_own_likely_caus
     code, out = pytest_in(PROJECT, "--adapters", "reference.variants:cross_entropy_batch_mean",
                           "--function", "run_training_steps")
     assert code == 1 and "fix run_cross_entropy first" not in out and "run_training_steps, case" in out, out
+
+
+def test_a_term_without_the_next_unit_does_not_point_to_it():
+    """TA trial 14: on an older term that ends before "Train it", the last unit's line said "Next: Train it".
+    There it says the unit is the term's last one."""
+    from harness.contract import ADAPTERS, UNITS
+    from harness.store import Term
+    for folder in sorted((PROJECT / "fixtures").iterdir()):
+        covered = Term(PROJECT, folder.name).functions
+        units = [u for u in UNITS if any(a.unit == u.key and a.name in covered for a in ADAPTERS.values())]
+        if units and units[-1] is not UNITS[-1]:
+            break
+    else:
+        pytest.skip("every term here covers the last unit")
+    code, out = pytest_in(PROJECT, "--adapters", "reference.adapters", "--term", folder.name)
+    assert code == 0 and f"-> every function passes. It is the last unit term {folder.name} covers." in out, out[-2000:]
+    assert f"Next: {units[-1].next_step}" not in out, out[-2000:]

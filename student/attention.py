@@ -41,4 +41,4 @@ class MultiHeadSelfAttention(nn.Module):
     def __init__(self, d_model: int, num_heads: int, max_seq_len: int | None = None,
                  theta: float | None = None, device=None, dtype=None):
         super().__init__()
-        raise NotImplementedError("see the docstring of run_multihead_self_attention and run_multihead_self_attention_with_rope in adapters.py")
+        raise NotImplementedError("see the docstrings of run_multihead_self_attention and run_multihead_self_attention_with_rope in adapters.py")

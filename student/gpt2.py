@@ -55,4 +55,4 @@ class GPT2LM(nn.Module):
     def __init__(self, vocab_size: int, context_length: int, d_model: int, num_layers: int,
                  num_heads: int, d_ff: int, device=None, dtype=None):
         super().__init__()
-        raise NotImplementedError("see the docstring of run_gpt2_lm and get_gpt2_lm in adapters.py")
+        raise NotImplementedError("see the docstrings of run_gpt2_lm and get_gpt2_lm in adapters.py")

@@ -42,4 +42,4 @@ class TransformerLM(nn.Module):
                  num_heads: int, d_ff: int, rope_theta: float, init_scheme: str = "cs336",
                  device=None, dtype=None):
         super().__init__()
-        raise NotImplementedError("see the docstring of run_transformer_lm and get_transformer_lm and run_training_steps and run_train_tiny_lm in adapters.py")
+        raise NotImplementedError("see the docstrings of run_transformer_lm, get_transformer_lm, run_training_steps and run_train_tiny_lm in adapters.py")

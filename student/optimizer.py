@@ -13,8 +13,8 @@ class AdamW(torch.optim.Optimizer):
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.01):
-        raise NotImplementedError("see the docstring of run_adamw_steps and run_adamw_resumed and run_adamw_param_groups and run_training_steps and run_train_tiny_lm in adapters.py")
+        raise NotImplementedError("see the docstrings of run_adamw_steps, run_adamw_resumed, run_adamw_param_groups, run_training_steps and run_train_tiny_lm in adapters.py")
 
 
 def lr_cosine_schedule(it: int, max_learning_rate: float, min_learning_rate: float, warmup_iters: int, cosine_cycle_iters: int) -> float:
-    raise NotImplementedError("see the docstring of run_get_lr_cosine_schedule and run_lr_schedule and run_training_steps and run_train_tiny_lm in adapters.py")
+    raise NotImplementedError("see the docstrings of run_get_lr_cosine_schedule, run_lr_schedule, run_training_steps and run_train_tiny_lm in adapters.py")

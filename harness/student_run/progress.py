@@ -135,12 +135,20 @@ class Progress:
                 lines.append(f"  {name:<38} {self.status(name):<16} {counts['passed']:>3}/{ran:<3} tests {column}")
             done = [n for n in members if self.unrun(n) == 0 and n in self.results and self.status(n) == "passed"]
             if len(done) == len(members):
-                lines.append(f"  -> every function passes. Next: {unit.next_step}")
+                lines.append(f"  -> every function passes. {self.next_step(unit)}")
             elif all(self.status(n) == "passed" for n in names):
                 lines.append("  -> what ran passes, but not every test of this unit ran: "
                              "run `pytest` to see the unit as a whole")
         lines += self.total_lines(hidden, self.term.hidden_loaded)
         return "\n".join(lines)
+
+    def next_step(self, unit) -> str:
+        """The unit's pointer to the next one, where this term covers it (TA trial 14: an older term without
+        "Train it" pointed there)."""
+        following = UNITS[UNITS.index(unit) + 1:UNITS.index(unit) + 2]
+        if following and not any(a.unit == following[0].key and a.name in self.covered for a in ADAPTERS.values()):
+            return f"It is the last unit term {self.term.name} covers."
+        return f"Next: {unit.next_step}"
 
     def points_column(self, adapter: str, hidden_cases: int) -> str:
         """Earned of what the public tests can earn, then the hidden share: "2.6/2.6 public  +0.4 hidden"
