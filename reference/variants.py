@@ -1121,7 +1121,8 @@ register("sinusoidal_halves_same_frequencies", "[sin | cos] halves with this ass
          hint=("the [sin | cos] halves layout (all sines, then all cosines) with this assignment's frequencies; "
                "interleave them: sin on even dimensions, cos on odd ones"),
          embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, layout="halves"))
-register("sinusoidal_sin_only", "sinusoidal table of d_model/2 sines: half the width", named_by="d_model=16]",
+register("sinusoidal_sin_only", "sinusoidal table of d_model/2 sines: half the width",
+         named_by="half as wide on its last axis",
          embeddings__sinusoidal_positions=lambda d, p: _sinusoidal(d, p, layout="sin_only"))
 register("sinusoidal_base_1000", "sinusoidal frequencies with base 1000 (blind trial 9)",
          hint="frequencies with base 1000; the base is 10000: pair i turns at 1 / 10000^(2i / d_model)",

@@ -65,11 +65,24 @@ def _random(name: str, case, term) -> bool:
     return not torch.equal(*runs)
 
 
+def _chaotic(name: str, case, term) -> bool:
+    """Whether the variant's float32 run parts from its own float64 run (the build's fingerprint): a step that
+    explodes (AdamW without the square root, at eps 1e-12) amplifies rounding, and no fingerprint can match."""
+    import torch
+    from torch.utils._pytree import tree_map
+    run = getattr(Adapters(f"reference.variants:{name}"), DRILL)
+    inputs = term.inputs(case)
+    wide = tree_map(lambda t: t.double() if isinstance(t, torch.Tensor) and t.dtype == torch.float32 else t, inputs)
+    narrow, exact = run(**inputs), run(**wide)
+    return not torch.allclose(narrow.double(), exact.double(), rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("name", LOOP_MISTAKES)
 def test_a_mistake_in_the_loop_that_moves_the_weights_fails_and_is_named(term, name):
     """A mistake in a piece the loop calls either leaves these weights as they are (a shared step count,
     where every parameter has a gradient at every step: its own drills name it), or fails a public case,
-    whose report names it unless the mistake is random (dropout) or crashes (its own tests name those)."""
+    whose report names it unless the mistake is random (dropout), chaotic (its float32 run parts from its
+    float64 one) or crashes (its own tests name those)."""
     adapters, failures = Adapters(f"reference.variants:{name}"), []
     public = cases(term, public_only=True)
     for case in public:
@@ -81,7 +94,7 @@ def test_a_mistake_in_the_loop_that_moves_the_weights_fails_and_is_named(term, n
     if not fingerprinted:
         return
     assert failures, f"{name} changes the trajectory on a public case, yet passed every one"
-    if _random(name, fingerprinted[0], term):
+    if _random(name, fingerprinted[0], term) or _chaotic(name, fingerprinted[0], term):
         return
     said = VARIANTS[name].hint or VARIANTS[name].named_by
     assert any(said in f for f in failures), f"{name} failed, but no report named it:\n" + "\n\n".join(failures)

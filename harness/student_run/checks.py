@@ -45,11 +45,11 @@ def check_output(adapters, term: Term, case: Case) -> None:
         if isinstance(out, torch.Tensor) and isinstance(expected, torch.Tensor) and out.shape == expected.shape \
                 and (~torch.isfinite(out.detach()) & torch.isfinite(expected)).any():
             trace = first_nonfinite(getattr(adapters, case.function), **term.inputs(case))
-        shape = _expected_shape(term, case) if getattr(out, "shape", None) != getattr(expected, "shape", None) else ""
+        shape = _expected_shape(term, case, out) if getattr(out, "shape", None) != getattr(expected, "shape", None) else ""
         raise Mismatch(f"{e}{shape}{diagnose(term, case, actual=out, expected=expected, nonfinite=trace)}") from None
 
 
-def _expected_shape(term: Term, case: Case) -> str:
+def _expected_shape(term: Term, case: Case, out=None) -> str:
     if case.hidden or case.check != "output":
         return ""
     expected = term.expected(case)
@@ -57,7 +57,13 @@ def _expected_shape(term: Term, case: Case) -> str:
         return ""
     axes = output_axes(case.function, expected.dim())
     named = ", ".join(f"{a}={n}" if not a.startswith("axis") else str(n) for a, n in zip(axes, expected.shape))
-    return f"\n  this case expects the output shape {list(expected.shape)}: [{named}]"
+    said = f"\n  this case expects the output shape {list(expected.shape)}: [{named}]"
+    shape = getattr(out, "shape", None)
+    if shape is not None and tuple(shape[:-1]) == tuple(expected.shape[:-1]) and len(shape) == expected.dim() \
+            and 2 * shape[-1] == expected.shape[-1]:  # sines alone, or one value a pair
+        said += (f"; yours is half as wide on its last axis ({shape[-1]} of {expected.shape[-1]}): one value for "
+                 "each pair where the pair's two are expected?")
+    return said
 
 
 def check_gradient(adapters, term: Term, case: Case) -> None:
