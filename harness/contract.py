@@ -1541,7 +1541,7 @@ def run_get_batch(
             tokens = np.memmap(path, dtype=np.uint16, mode="r", shape=tokens.shape)
         batches = [impl.training.get_batch(tokens, batch_size, context_length, device) for _ in range(num_batches)]
         for x, y in batches:
-            if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):  # numpy's arrays: a bare TypeError below
+            if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):  # numpy's: a bare TypeError below
                 raise TypeError(f"get_batch returned x as {type(x).__name__} and y as {type(y).__name__}; both must "
                                 "be torch tensors on the requested device: torch.from_numpy(windows).to(device)")
             if tuple(x.shape) != (batch_size, context_length) or tuple(y.shape) != (batch_size, context_length):

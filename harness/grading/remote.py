@@ -269,9 +269,8 @@ class Link:
                                 "test runs in a fresh worker.")
         if hidden:
             return _raised(StudentCodeError(message), error)
-        if kind == "StudentImportError":  # said as the student's own run says it, at the file and line; not a
-            return StudentImportError(message)  # raise a must-raise case could count (TA trial 14: "raised
-            # StudentCodeError where its docstring asks for ValueError", and a known mistake in the class report)
+        if kind == "StudentImportError":  # said as the student's own run says it, at the file and line: an import
+            return StudentImportError(message)  # failure, not a raise that a must-raise case counts (TA trial 14)
         where = f"\n{str(error['traceback']).rstrip()}" if error.get("traceback") else ""
         return _raised(StudentCodeError(f"{kind}: {message}{where}"), error)
 

@@ -229,10 +229,10 @@ SIXTEEN_BIT = 2.0 ** -6  # of the largest |value|: about 2 ulps of bfloat16 (8 b
 
 def rounded_to_16_bits(actual, expected) -> str | None:
     """For a float32/float64 output: whether every value that differs is exactly a bfloat16 (or float16) number
-    where the expected ones are not, with errors of the size that rounding makes beside the largest |value|: computed in,
-    or rounded to, 16 bits (blind trial 14's schedule, its cosine in bfloat16 tensors, was told of a factor of
-    1.002). Small errors alone are no evidence: an AdamW trajectory's are small beside its weights, whatever
-    the mistake."""
+    where the expected ones are not, with errors of the size that rounding makes beside the largest |value|:
+    computed in, or rounded to, 16 bits (blind trial 14's schedule, its cosine in bfloat16 tensors, was told of
+    a factor of 1.002). Small errors alone are no evidence: an AdamW trajectory's are small beside its weights,
+    whatever the mistake."""
     if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape \
             or expected.dtype not in (torch.float32, torch.float64):
         return None
@@ -759,10 +759,11 @@ def _after_a_step_without_gradient(wrong_steps: dict[str, tuple], has_grad) -> s
     for name, (wrong, error) in wrong_steps.items():
         steps = has_grad[name].bool().tolist()
         first = int(wrong.int().argmax())
-        # the first step with a gradient after the first step without one, and after the first such step that
-        # follows one with a gradient (a count advanced on skipped steps once the state exists: blind trial 14)
-        afters = {_next(steps, True, _next(steps, False, 0)), _next(steps, True, _next(steps, False, _next(steps, True, 0)))}
-        if len(wrong) != len(steps) or first not in afters - {None} \
+        # the first step with a gradient after the first step without one; or after the first step without one
+        # that follows one with a gradient (a count advanced on skipped steps once the state exists: blind trial 14)
+        after_skip = _next(steps, True, _next(steps, False, 0))
+        after_stepped_skip = _next(steps, True, _next(steps, False, _next(steps, True, 0)))
+        if len(wrong) != len(steps) or first not in (after_skip, after_stepped_skip) \
                 or error[first] < JUMP * max(error[:first].max().item(), 0.1):
             return None
         right_before |= any(steps[:first])
