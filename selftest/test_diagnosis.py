@@ -341,7 +341,7 @@ def test_a_checkpoint_that_torch_load_refuses_is_explained():
     refused = pickle.UnpicklingError(
         "Weights only load failed. This file can still be loaded, to do so you have two options, do those steps "
         "only if you trust the source of the checkpoint.\n\t(1) In PyTorch 2.6, we changed the default value of the "
-        "`weights_only` argument in `torch.load` from `False` to `True`. ...\n WeightsUnpickler error: Unsupported "
+        "`weights_only` argument ... from `False` to `True`. ...\n WeightsUnpickler error: Unsupported "
         "global: GLOBAL torch.torch_version.TorchVersion was not an allowed global by default.")
     said = crash(refused, None, {})
     assert said and "torch.load refused an object in your checkpoint (torch.torch_version.TorchVersion)" in said, said
