@@ -303,7 +303,7 @@ def test_a_match_at_zero_error_reads_exactly():
     from harness.student_run.diagnose import match_evidence
     actual = torch.arange(6.0)
     assert match_evidence(actual, {"idx": torch.tensor([1, 4]), "val": torch.tensor([1.0, 4.0])}).startswith(
-        "exactly equal to it at 2 sampled elements")
+        "yours equals that mistake's output exactly at all 2 elements checked")
     assert "within 0.5" in match_evidence(actual, {"idx": torch.tensor([1]), "val": torch.tensor([1.5])})
 
 

@@ -119,8 +119,10 @@ def match_evidence(actual, fp: dict) -> str:
         return f"all {len(fp)} counts equal that mistake's"
     sample = actual.detach().flatten()[fp["idx"]].double()
     error = (sample - fp["val"].double()).abs().max().item()
-    how = "exactly equal to it" if error == 0 else f"equal to it within {error:.2g}"
-    return f"{how} at {fp['idx'].numel()} sampled elements, where it differs most and at random"
+    how = "exactly" if error == 0 else f"within {error:.2g}"
+    # which elements (those where the mistake differs most, and some at random) is the build's business: two
+    # blind trials read "sampled elements, where it differs most and at random" as jargon
+    return f"yours equals that mistake's output {how} at all {fp['idx'].numel()} elements checked"
 
 
 # Output axes along which "position" means a token's place: only there do a shift by one or a right
