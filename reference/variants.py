@@ -1775,10 +1775,17 @@ def _ce_over_dim_1(inputs, targets):
     return (lse - x.gather(-1, targets[..., None])[..., 0]).mean().to(inputs.dtype)
 
 
-def _ce_batch_mean(inputs, targets):
-    x = _upcast(inputs)  # the summed loss over the batch size alone: right only for [batch, vocab] logits
-    losses = torch.logsumexp(x, dim=-1) - x.gather(-1, targets[..., None])[..., 0]
-    return (losses.sum() / inputs.shape[0]).to(inputs.dtype)
+def _ce_reduced(reduce):
+    """Cross-entropy's per-position losses, reduced by `reduce(losses, logits)` instead of their mean."""
+    def cross_entropy(inputs, targets):
+        x = _upcast(inputs)
+        losses = torch.logsumexp(x, dim=-1) - x.gather(-1, targets[..., None])[..., 0]
+        return reduce(losses, x).to(inputs.dtype)
+    return cross_entropy
+
+
+# the summed loss over the batch size alone: right only for [batch, vocab] logits
+_ce_batch_mean = _ce_reduced(lambda losses, x: losses.sum() / x.shape[0])
 
 
 def _ce_one_hot(inputs, targets):
@@ -2425,9 +2432,7 @@ register("attention_mask_fill_minus_1e4", "masked scores filled with -1e4 instea
 
 
 # Blind trial 11 (VAGUE: only "what differs"): a knob each, so the fixture tests name them
-def _ce_summed(inputs, targets):
-    x = _upcast(inputs)  # the per-position losses added up, not averaged
-    return (torch.logsumexp(x, dim=-1) - x.gather(-1, targets[..., None])[..., 0]).sum().to(inputs.dtype)
+_ce_summed = _ce_reduced(lambda losses, x: losses.sum())  # the per-position losses added up, not averaged
 
 
 register("cross_entropy_summed", "cross-entropy summed over the positions instead of averaged",
@@ -2595,18 +2600,10 @@ def _ce_max_not_added_back(inputs, targets):
     return (lse - x.gather(-1, targets[..., None])[..., 0]).mean().to(inputs.dtype)
 
 
-def _ce_through_probability(inputs, targets):
-    """The log-probability exponentiated to a probability, clamped, and logged again."""
-    x = _upcast(inputs)
-    logp = x.gather(-1, targets[..., None])[..., 0] - torch.logsumexp(x, -1)
-    return -logp.exp().clamp_min(1e-12).log().mean().to(inputs.dtype)
-
-
-def _ce_mean_over_vocab(inputs, targets):
-    """The losses summed and divided by every element of the logits: a mean over the vocabulary too."""
-    x = _upcast(inputs)
-    losses = torch.logsumexp(x, -1) - x.gather(-1, targets[..., None])[..., 0]
-    return (losses.sum() / x.numel()).to(inputs.dtype)
+# the log-probability exponentiated to a probability, clamped, and logged again
+_ce_through_probability = _ce_reduced(lambda losses, x: -(-losses).exp().clamp_min(1e-12).log().mean())
+# the losses summed and divided by every element of the logits: a mean over the vocabulary too
+_ce_mean_over_vocab = _ce_reduced(lambda losses, x: losses.sum() / x.numel())
 
 
 def _clip_by_value(parameters, max_l2_norm):
